@@ -1,0 +1,3 @@
+from ascent.cli import main
+
+main()
