@@ -1,0 +1,54 @@
+"""Sections every run has, whatever it trains: `[run]` and `[logging]`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ascent.config.base import Section
+
+
+class RunSection(Section):
+    """`[run]`: where a run writes, how it is seeded, and what hardware it uses."""
+
+    name: str = Field(
+        "",
+        description="Run name; the run directory is output_dir/name. Empty: the config file's stem.",
+    )
+    output_dir: str = Field("runs", description="Directory that holds one sub-directory per run.")
+    seed: int = Field(42, ge=0, description="Seed for torch, numpy, Python and data shuffling.")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$",
+        description="auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.",
+    )
+    threads: int = Field(
+        0,
+        ge=0,
+        description="torch CPU threads; 0 picks half the cores (min 1) so reward workers keep a core.",
+    )
+    deterministic: bool = Field(
+        False, description="Ask torch for deterministic kernels (slower; for exact reproduction)."
+    )
+
+
+class LoggingSection(Section):
+    """`[logging]`: what a run reports, and where."""
+
+    log_every: int = Field(
+        1, ge=1, description="Write metrics every N steps (updates for classic PPO)."
+    )
+    progress: bool = Field(True, description="Show a live progress bar in the terminal.")
+    jsonl: bool = Field(
+        True, description="Append one JSON object per logged step to metrics.jsonl."
+    )
+    trackers: list[Literal["tensorboard", "wandb", "swanlab"]] = Field(
+        default_factory=list,
+        description="Extra trackers (each needs its package: pip install 'ascent[trackers]').",
+    )
+    project: str = Field("ascent", description="Project name for wandb / swanlab.")
+    sample_every: int = Field(
+        10, ge=0, description="Save sample completions every N steps (0: never)."
+    )
+    num_samples: int = Field(4, ge=1, description="How many completions each sample dump holds.")

@@ -1,0 +1,58 @@
+"""Process-wide runtime settings a run needs before it touches a tensor.
+
+Threads are set deliberately: on a small machine torch's default (one OpenMP thread per core)
+collapses as soon as anything else runs, e.g. sandbox workers scoring rewards (measured on a
+2-core machine: a GRPO step went from 0.094 s to 5.5 s with one other busy core; one thread
+held at 0.13 s). Denormal flushing made CPU training of tiny models up to 20x faster.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+from ascent.config.run import RunSection
+from ascent.errors import AscentError
+
+
+def resolve_threads(requested: int) -> int:
+    """`requested` threads, or for 0 half the cores (at least 1) so reward workers keep a core."""
+    if requested > 0:
+        return requested
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise AscentError(
+            f"[run] device = {name!r} but torch sees no CUDA device "
+            f'(torch {torch.__version__}); set device = "cpu" or install a CUDA build of torch'
+        )
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise AscentError('[run] device = "mps" but MPS is not available; set device = "cpu"')
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def setup_runtime(run: RunSection) -> torch.device:
+    """Apply `[run]` (threads, denormals, seeds, determinism) and return the device to use."""
+    device = resolve_device(run.device)
+    torch.set_num_threads(resolve_threads(run.threads))
+    torch.set_flush_denormal(True)
+    seed_everything(run.seed)
+    if run.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    return device

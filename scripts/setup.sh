@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Set up ascent in ./.venv on a fresh machine, CPU or CUDA.
+#
+#   scripts/setup.sh          the package and what `ascent train` needs
+#   scripts/setup.sh --dev    also the test tools (pytest, hypothesis, ruff, peft, datasets)
+#   scripts/setup.sh --bench  also TRL and stable-baselines3 for benchmarks/
+#
+# torch: with an NVIDIA GPU, the normal PyPI build (CUDA); without one, the CPU build
+# (a wheel already on the machine's pip find-links path, else PyTorch's CPU index), so a
+# laptop does not download several GB of CUDA libraries it cannot use.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+extras=()
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras+=(dev) ;;
+    --bench) extras+=(bench) ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (use --dev, --bench)" >&2; exit 2 ;;
+  esac
+done
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "setup.sh: ascent needs Python >= 3.10; set PYTHON=/path/to/python3.10+" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+pip() { .venv/bin/python -m pip "$@"; }
+
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "== installing torch (CUDA build: an NVIDIA GPU is present)"
+    pip install -q torch
+  else
+    echo "== installing torch (CPU build: no NVIDIA GPU found)"
+    pip install -q --no-index "torch==2.13.0+cpu" 2>/dev/null ||
+      pip install -q torch --index-url https://download.pytorch.org/whl/cpu \
+        --extra-index-url https://pypi.org/simple
+  fi
+fi
+
+# The code sandbox isolates model-written programs with bubblewrap (Linux user namespaces).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing bubblewrap (code sandbox)"
+    apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null; }
+  else
+    echo "!! bubblewrap is missing: code rewards will refuse to run until you install it" \
+      "(e.g. sudo apt-get install bubblewrap)" >&2
+  fi
+fi
+
+spec="."
+if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
+echo "== installing ascent ($spec)"
+pip install -q -e "$spec"
+echo "== ready: .venv/bin/ascent --help"
