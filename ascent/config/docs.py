@@ -45,6 +45,10 @@ def _type_name(ann: Any) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def _default(field: Any) -> str:
     if field.default_factory is not None:
         value = field.default_factory()
@@ -91,7 +95,7 @@ def _render_section(name: str, model: type[BaseModel], out: list[str], list_of: 
             continue
         rows.append(
             f"| `{key}` | {_type_name(field.annotation)} | {_default(field)} | "
-            f"{(field.description or '').replace('|', '\\|')} |"
+            f"{_escape(field.description or '')} |"
         )
     if rows:
         out.append("| key | type | default | meaning |\n|---|---|---|---|")

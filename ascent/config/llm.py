@@ -36,7 +36,7 @@ class ModelSection(Section):
 
     name_or_path: str = Field(
         "ascent:tiny",
-        description="Hugging Face model id or local directory; 'ascent:tiny' is the built-in model.",
+        description="Hugging Face id or local directory; 'ascent:tiny' is the built-in model.",
     )
     tokenizer: str | None = Field(
         None, description="Tokenizer id or path; unset: same as the model."
@@ -99,7 +99,10 @@ class AlgorithmSection(Section):
     policy_loss: str = Field("ppo_clip", description="Policy loss: ppo_clip, gspo.")
     loss_agg: str = Field(
         "seq_mean_token_mean",
-        description="Loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm.",
+        description=(
+            "Loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum, "
+            "seq_mean_token_sum_norm."
+        ),
     )
     agg_norm_const: int | None = Field(
         None,
@@ -260,9 +263,10 @@ class LLMConfig(Section):
                 f"try {' or '.join(map(str, _divisors_near(t.batch_size, mini)))}"
             )
         if mini % t.micro_batch_size:
+            options = " or ".join(map(str, _divisors_near(mini, t.micro_batch_size)))
             raise ValueError(
                 f"[train] micro_batch_size: {t.micro_batch_size} must divide the mini-batch "
-                f"({mini} completions); try {' or '.join(map(str, _divisors_near(mini, t.micro_batch_size)))}"
+                f"({mini} completions); try {options}"
             )
         return self
 

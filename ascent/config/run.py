@@ -14,7 +14,7 @@ class RunSection(Section):
 
     name: str = Field(
         "",
-        description="Run name; the run directory is output_dir/name. Empty: the config file's stem.",
+        description="Run name; the run directory is output_dir/name (empty: the config file stem).",
     )
     output_dir: str = Field("runs", description="Directory that holds one sub-directory per run.")
     seed: int = Field(42, ge=0, description="Seed for torch, numpy, Python and data shuffling.")
@@ -26,7 +26,7 @@ class RunSection(Section):
     threads: int = Field(
         0,
         ge=0,
-        description="torch CPU threads; 0 picks half the cores (min 1) so reward workers keep a core.",
+        description="torch CPU threads; 0: half the cores (min 1), leaving room for reward work.",
     )
     deterministic: bool = Field(
         False, description="Ask torch for deterministic kernels (slower; for exact reproduction)."

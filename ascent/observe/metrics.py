@@ -47,7 +47,8 @@ class MetricsLogger:
             if kept:
                 self._time_offset = float(json.loads(kept[-1]).get("time") or 0.0)
             write_text_atomic(path, "".join(f"{ln}\n" for ln in kept))
-        self._fh = open(path, "a", encoding="utf-8") if cfg.jsonl else None
+        # Held open for the whole run (closed in close()): one append per logged step.
+        self._fh = open(path, "a", encoding="utf-8") if cfg.jsonl else None  # noqa: SIM115
         self._trackers: list[Tracker] = [
             open_tracker(kind, run_dir.path, cfg.project, run_dir.path.name, config or {})
             for kind in cfg.trackers
