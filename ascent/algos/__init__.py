@@ -1,0 +1,50 @@
+"""The algorithm core: pure functions over tensors, selected by name through registries.
+
+Nothing here reads files, config objects or globals; the trainer builds the typed inputs
+(`AdvantageBatch`, `PolicyLossInput`, ...) and looks the parts up by the names in the config:
+
+- `ADVANTAGES`: gae, length_adaptive_gae, grpo, dr_grpo  -> `fn(batch, params)`
+- `POLICY_LOSSES`: ppo_clip, gspo                         -> `fn(inp, params)`
+- `AGGREGATIONS`: token_mean, seq_mean_token_mean, seq_mean_token_sum,
+  seq_mean_token_sum_norm                                 -> `fn(loss, mask, scale)`
+- `KL_ESTIMATORS`: k1, k2, k3                             -> `fn(logp, ref_logp)`
+"""
+
+from ascent.algos.advantages import ADVANTAGES, length_adaptive_lambda
+from ascent.algos.aggregation import AGGREGATIONS
+from ascent.algos.batch import (
+    AdvantageBatch,
+    AdvantageParams,
+    AdvantageResult,
+    AggregationScale,
+    PolicyLossInput,
+    PolicyLossParams,
+)
+from ascent.algos.distributions import entropy_from_logits, logprobs_from_logits
+from ascent.algos.kl import KL_ESTIMATORS, kl_penalty_rewards
+from ascent.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from ascent.algos.policy_loss import POLICY_LOSSES
+from ascent.algos.value import explained_variance, value_loss
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "AdvantageBatch",
+    "AdvantageParams",
+    "AdvantageResult",
+    "AggregationScale",
+    "PolicyLossInput",
+    "PolicyLossParams",
+    "entropy_from_logits",
+    "explained_variance",
+    "kl_penalty_rewards",
+    "length_adaptive_lambda",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "value_loss",
+]
