@@ -24,5 +24,13 @@ class Section(BaseModel):
         return self._source
 
     def explicitly_set(self, name: str) -> bool:
-        """True when the user wrote this key (in the file or with --set), not the default."""
-        return name in self.model_fields_set
+        """True when the user wrote this key with a value other than its default.
+
+        Writing the default itself (as `ascent config show` output does) changes nothing, so
+        it does not count: a resolved config must load back as the same config.
+        """
+        if name not in self.model_fields_set:
+            return False
+        field = type(self).model_fields[name]
+        default = field.default_factory() if field.default_factory else field.default
+        return getattr(self, name) != default

@@ -252,9 +252,11 @@ class LLMConfig(Section):
     def _batch_arithmetic(self) -> LLMConfig:
         t, g = self.train, self.rollout.group_size
         if self.train.batch_size % g:
+            groups = " or ".join(map(str, _divisors_near(t.batch_size, g)))
+            batches = " or ".join(map(str, _multiples_near(g, t.batch_size)))
             raise ValueError(
                 f"[train] batch_size: group_size ({g}) must divide batch_size ({t.batch_size}); "
-                f"try {' or '.join(map(str, _multiples_near(g, t.batch_size)))}"
+                f"try group_size {groups}, or batch_size {batches}"
             )
         mini = t.mini_batch_size or t.batch_size
         if t.batch_size % mini:

@@ -8,6 +8,7 @@ used, so `ascent train` works out of the box.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -123,13 +124,22 @@ def _model_at(root: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | No
     return model
 
 
+def _bracketed(hint: str) -> str:
+    """` (did you mean 'optim'?)` -> ` (did you mean [optim]?)` for section names."""
+    return hint.replace("'", "[", 1).replace("'", "]", 1) if hint else hint
+
+
 def _describe(err: ValidationError, source: str, root: type[BaseModel], overrides: set[str]) -> str:
     """Turn the first pydantic error into `file: [section] key: what is wrong; how to fix`."""
     first = err.errors(include_url=False)[0]
     loc = [p for p in first["loc"]]
     kind = first["type"]
     dotted = ".".join(str(p) for p in loc if not isinstance(p, int))
-    origin = " (from --set)" if dotted in overrides else ""
+    named = re.match(r"Value error, \[([\w.]+)\] (\w+):", first["msg"])
+    if named:  # cross-section checks name their key in the message itself
+        dotted = f"{named.group(1)}.{named.group(2)}"
+    from_set = any(key == dotted or key.startswith(dotted + ".") for key in overrides)
+    origin = " (from --set)" if dotted and from_set else ""
     more = len(err.errors()) - 1
     tail = f" ({more} more error{'s' if more > 1 else ''} after this one)" if more else ""
     if kind == "extra_forbidden":
@@ -138,7 +148,7 @@ def _describe(err: ValidationError, source: str, root: type[BaseModel], override
         name = str(loc[-1])
         if len(loc) == 1:
             msg = (
-                f"unknown section [{name}]{did_you_mean(name, valid)}; "
+                f"unknown section [{name}]{_bracketed(did_you_mean(name, valid))}; "
                 f"valid sections: {', '.join(valid)}"
             )
         else:

@@ -1,0 +1,60 @@
+"""The run directory is never overwritten by accident; resume needs a real checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ascent.config import load_config
+from ascent.config.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
+from ascent.errors import AscentError
+from ascent.train.checkpoint import save_checkpoint
+from ascent.train.rundir import RunDir
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return load_config(None, [f'run.output_dir="{tmp_path}"', "run.name=exp"])
+
+
+def test_create_writes_the_resolved_config(cfg, tmp_path):
+    run_dir = RunDir.create(cfg)
+    assert run_dir.path == tmp_path / "exp"
+    saved = tomllib.loads(run_dir.config_path.read_text())
+    assert saved["run"]["name"] == "exp"
+
+
+def test_existing_run_is_refused_without_resume_or_overwrite(cfg):
+    RunDir.create(cfg)
+    with pytest.raises(AscentError, match="already exists; pass --resume"):
+        RunDir.create(cfg)
+
+
+def test_overwrite_replaces_the_old_run(cfg):
+    first = RunDir.create(cfg)
+    (first.path / "old.txt").write_text("x")
+    second = RunDir.create(cfg, overwrite=True)
+    assert not (second.path / "old.txt").exists()
+
+
+def test_resume_points_at_the_latest_checkpoint(cfg):
+    run_dir = RunDir.create(cfg)
+    with pytest.raises(AscentError, match="no complete checkpoint"):
+        RunDir.create(cfg, resume=run_dir.path)
+    save_checkpoint(run_dir.checkpoints, 4, {})
+    resumed = RunDir.create(cfg, resume=run_dir.path)
+    assert resumed.resume_from.name == "step-000004"
+
+
+def test_resume_and_overwrite_together_are_refused(cfg, tmp_path):
+    with pytest.raises(AscentError, match="contradict"):
+        RunDir.create(cfg, resume=tmp_path, overwrite=True)
+
+
+def test_summary_holds_the_run_paths(cfg):
+    run_dir = RunDir.create(cfg)
+    path = run_dir.write_summary({"steps": 3})
+    data = json.loads(path.read_text())
+    assert data["steps"] == 3
+    assert data["paths"]["metrics"].endswith("metrics.jsonl")
