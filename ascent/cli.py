@@ -75,6 +75,16 @@ def train(
     typer.echo(f"summary: {summary}")
 
 
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/tiny-grpo.")],
+) -> None:
+    """Summarise a run: metric trends, eval results, and diagnosed failure patterns."""
+    from ascent.observe.report import print_report
+
+    print_report(run_dir)
+
+
 config_app = typer.Typer(help="Inspect configuration files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

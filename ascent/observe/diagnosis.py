@@ -1,0 +1,175 @@
+"""Recognise the failure patterns practitioners report, and say which fix to try first.
+
+Each rule reads the metric history of a run (the rows of metrics.jsonl, oldest first) and
+returns at most one `Finding`. The rules look at windows, not single steps, because RL
+metrics are noisy: one high-KL step is weather, twenty are climate. Thresholds are the
+ones the write-ups quote (e.g. KL past 1.0); they are arguments, so a test or a user can
+tighten them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # stable identifier, e.g. "kl_high"
+    step: int  # the step at which the pattern was established
+    message: str  # what is happening, with the numbers
+    fix: str  # the first thing to try
+
+    def __str__(self) -> str:
+        return f"step {self.step}: {self.message} -> {self.fix}"
+
+
+def _series(rows: Sequence[Row], key: str) -> list[tuple[int, float]]:
+    out = []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((int(row.get("step", len(out))), float(value)))
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def nan_loss(rows: Sequence[Row]) -> Finding | None:
+    for row in rows:
+        if "loss" in row and (row["loss"] is None or not math.isfinite(float(row["loss"]))):
+            return Finding(
+                "nan_loss",
+                int(row.get("step", 0)),
+                "the loss is NaN/inf",
+                "lower optim.lr, keep train.max_grad_norm set, and use bfloat16 rather than "
+                "float16 (model.dtype); then resume from the last good checkpoint",
+            )
+    return None
+
+
+def kl_high(rows: Sequence[Row], limit: float = 1.0, window: int = 5) -> Finding | None:
+    kl = _series(rows, "kl")
+    for i in range(window, len(kl) + 1):
+        recent = [v for _, v in kl[i - window : i]]
+        if min(recent) > limit:
+            return Finding(
+                "kl_high",
+                kl[i - 1][0],
+                f"KL to the reference stayed above {limit} for {window} steps "
+                f"(now {recent[-1]:.3g}): the policy is drifting away",
+                "raise algorithm.kl_coef or lower optim.lr",
+            )
+    return None
+
+
+def kl_zero(rows: Sequence[Row], window: int = 20, floor: float = 1e-6) -> Finding | None:
+    kl = _series(rows, "kl")
+    if len(kl) < window + 5:
+        return None
+    recent = [v for _, v in kl[-window:]]
+    if max(abs(v) for v in recent) < floor:
+        return Finding(
+            "kl_zero",
+            kl[-1][0],
+            f"KL to the reference has stayed below {floor:g} for {window} steps: the policy "
+            "is not moving",
+            "optim.lr is probably too low (or the loss has no signal: check reward_std)",
+        )
+    return None
+
+
+def saturation(rows: Sequence[Row], window: int = 10, frac: float = 0.9) -> Finding | None:
+    zero = _series(rows, "frac_reward_zero_std")
+    if len(zero) < window:
+        return None
+    recent = [v for _, v in zero[-window:]]
+    if _mean(recent) >= frac:
+        return Finding(
+            "saturation",
+            zero[-1][0],
+            f"{_mean(recent):.0%} of groups had identical rewards over the last {window} "
+            "steps, so advantages are ~0 and the reward is flat",
+            "enable history resampling or dynamic sampling, or use harder problems "
+            "(see examples/srpo.toml, examples/dapo.toml)",
+        )
+    return None
+
+
+def reward_at_floor(rows: Sequence[Row], window: int = 10) -> Finding | None:
+    reward = _series(rows, "reward")
+    if len(reward) < window:
+        return None
+    recent = [v for _, v in reward[-window:]]
+    floor = min(v for _, v in reward)
+    if max(recent) == min(recent) == floor:
+        return Finding(
+            "reward_at_floor",
+            reward[-1][0],
+            f"every completion of the last {window} steps got the same, lowest reward ({floor:g})",
+            "check answer extraction (reward.math answer pattern vs. what the model writes), "
+            "truncation (rollout.max_new_tokens) and the prompt format; read samples/",
+        )
+    return None
+
+
+def length_collapse(rows: Sequence[Row], window: int = 10, ratio: float = 0.3) -> Finding | None:
+    length = _series(rows, "completions/mean_length")
+    if len(length) < 2 * window:
+        return None
+    early = _mean([v for _, v in length[:window]])
+    late = _mean([v for _, v in length[-window:]])
+    if early > 0 and late < ratio * early:
+        return Finding(
+            "length_collapse",
+            length[-1][0],
+            f"mean response length fell from {early:.1f} to {late:.1f} tokens",
+            "check for a length penalty or a reward that favours empty answers; try "
+            'loss_agg = "token_mean" and a lower optim.lr',
+        )
+    return None
+
+
+def _slope(points: Sequence[tuple[int, float]]) -> float:
+    mx = _mean([s for s, _ in points])
+    my = _mean([v for _, v in points])
+    var = sum((s - mx) ** 2 for s, _ in points)
+    return sum((s - mx) * (v - my) for s, v in points) / var if var else 0.0
+
+
+def reward_hacking(rows: Sequence[Row], window: int = 20, flat: float = 1e-3) -> Finding | None:
+    imm = _series(rows, "reward/immediate")[-window:]
+    dly = _series(rows, "reward/delayed")[-window:]
+    if len(imm) < window or len(dly) < window:
+        return None
+    if _slope(imm) > 5 * flat and abs(_slope(dly)) <= flat:
+        return Finding(
+            "reward_hacking",
+            imm[-1][0],
+            "the immediate (per-turn) reward is rising while the delayed (episode) reward is "
+            "flat: the policy may be gaming the shaped reward",
+            "lower agentic immediate_reward_weight (e.g. 0.3 -> 0.1)",
+        )
+    return None
+
+
+RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
+    nan_loss,
+    kl_high,
+    kl_zero,
+    saturation,
+    reward_at_floor,
+    length_collapse,
+    reward_hacking,
+)
+
+
+def diagnose(rows: Sequence[Row]) -> list[Finding]:
+    """Every rule's finding on this metric history, in rule order."""
+    return [f for rule in RULES if (f := rule(rows)) is not None]

@@ -1,0 +1,119 @@
+"""`ascent report RUN_DIR`: what a finished (or running) run did, at a glance.
+
+Reads only the run directory (summary.json, metrics.jsonl), so it works on a run copied from
+another machine, while it is still training, or after it was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ascent.errors import AscentError
+from ascent.observe.diagnosis import Finding, diagnose
+
+SPARK = "▁▂▃▄▅▆▇█"
+HEADLINE = (
+    "reward",
+    "eval/accuracy",
+    "kl",
+    "completions/mean_length",
+    "adv_std",
+    "frac_reward_zero_std",
+    "entropy",
+    "clip_ratio",
+    "loss",
+    "grad_norm",
+    "reward/immediate",
+    "reward/delayed",
+    "episode/return_mean",
+    "tokens_per_s",
+)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise AscentError(f"{run_dir}: no metrics.jsonl here; is this a run directory?")
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+    return rows
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A unicode sparkline of `values`, downsampled to `width` buckets by averaging."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return ""
+    buckets = min(width, len(values))
+    means = []
+    for b in range(buckets):
+        chunk = values[b * len(values) // buckets : (b + 1) * len(values) // buckets]
+        means.append(sum(chunk) / len(chunk))
+    lo, hi = min(means), max(means)
+    if hi == lo:
+        return SPARK[0] * len(means)
+    return "".join(SPARK[int((m - lo) / (hi - lo) * (len(SPARK) - 1))] for m in means)
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
+    return [
+        float(r[key])
+        for r in rows
+        if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)
+    ]
+
+
+def build_report(run_dir: Path) -> tuple[list[list[str]], dict[str, Any], list[Finding]]:
+    """Rows of (metric, first, last, min, max, trend), the summary, and the findings."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise AscentError(f"{run_dir}: no such run directory; check the path")
+    rows = read_metrics(run_dir)
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    table = []
+    for key in HEADLINE:
+        series = _series(rows, key)
+        if not series:
+            continue
+        table.append(
+            [
+                key,
+                f"{series[0]:.4g}",
+                f"{series[-1]:.4g}",
+                f"{min(series):.4g}",
+                f"{max(series):.4g}",
+                sparkline(series),
+            ]
+        )
+    return table, summary, diagnose(rows)
+
+
+def print_report(run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table, summary, findings = build_report(run_dir)
+    console = Console()
+    out = Table(title=f"run {run_dir}")
+    for col in ("metric", "first", "last", "min", "max", "trend"):
+        out.add_column(col, justify="left" if col in ("metric", "trend") else "right")
+    for row in table:
+        out.add_row(*row)
+    console.print(out)
+    for key in sorted(summary):
+        if key != "paths" and not isinstance(summary[key], (dict, list)):
+            console.print(f"{key}: {summary[key]}", highlight=False)
+    if not findings:
+        console.print("diagnosis: no known failure pattern in the metrics")
+        return
+    console.print("[bold yellow]diagnosis[/]")
+    for finding in findings:
+        console.print(f"  {finding}", highlight=False)

@@ -1,0 +1,116 @@
+"""Each failure pattern is recognised on a hand-made metric history, and healthy runs are not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ascent.observe.diagnosis import diagnose
+from ascent.observe.report import build_report, sparkline
+
+
+def rows(**series):
+    n = len(next(iter(series.values())))
+    return [{"step": i + 1, **{k: v[i] for k, v in series.items()}} for i in range(n)]
+
+
+def codes(history):
+    return [f.code for f in diagnose(history)]
+
+
+def healthy(n=40):
+    return rows(
+        reward=[-1 + 1.5 * i / n for i in range(n)],
+        kl=[0.001 * (i + 1) for i in range(n)],
+        frac_reward_zero_std=[0.2] * n,
+        **{"completions/mean_length": [8.0] * n},
+        loss=[0.1] * n,
+    )
+
+
+def test_a_healthy_run_has_no_findings():
+    assert codes(healthy()) == []
+
+
+def test_kl_past_one_for_a_window_is_flagged_with_the_fix():
+    history = rows(kl=[0.2, 0.5, 1.2, 1.5, 1.1, 1.3, 1.8])
+    (finding,) = diagnose(history)
+    assert finding.code == "kl_high" and finding.step == 7
+    assert "kl_coef" in finding.fix and "lr" in finding.fix
+
+
+def test_one_kl_spike_is_not_flagged():
+    assert codes(rows(kl=[0.1, 0.1, 3.0, 0.1, 0.1, 0.1, 0.1])) == []
+
+
+def test_kl_stuck_at_zero_suggests_a_higher_lr():
+    history = rows(kl=[0.0] * 30)
+    assert codes(history) == ["kl_zero"]
+    assert "lr" in diagnose(history)[0].fix
+
+
+def test_saturated_groups_suggest_resampling():
+    history = rows(frac_reward_zero_std=[0.95] * 12, reward=[0.9, 0.95] * 6)
+    assert codes(history) == ["saturation"]
+    assert "resampling" in diagnose(history)[0].fix
+
+
+def test_reward_constant_at_its_minimum_points_at_extraction():
+    history = rows(reward=[-1.0] * 12)
+    assert "reward_at_floor" in codes(history)
+    assert "extraction" in diagnose(history)[0].fix
+
+
+def test_length_collapse():
+    history = rows(**{"completions/mean_length": [100.0] * 10 + [60.0] * 5 + [20.0] * 10})
+    assert codes(history) == ["length_collapse"]
+
+
+def test_immediate_up_while_delayed_flat_is_reward_hacking():
+    history = rows(
+        **{
+            "reward/immediate": [0.01 * i for i in range(25)],
+            "reward/delayed": [0.2] * 25,
+        }
+    )
+    assert codes(history) == ["reward_hacking"]
+
+
+def test_both_rewards_rising_is_not_hacking():
+    ramp = [0.01 * i for i in range(25)]
+    assert codes(rows(**{"reward/immediate": ramp, "reward/delayed": ramp})) == []
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf")])
+def test_nan_loss(bad):
+    history = rows(loss=[0.5, 0.4, bad])
+    assert codes(history)[0] == "nan_loss"
+    assert diagnose(history)[0].step == 3
+
+
+def test_sparkline_rises_with_the_values():
+    line = sparkline([0, 1, 2, 3, 4, 5, 6, 7])
+    assert line == "▁▂▃▄▅▆▇█"
+    assert sparkline([2.0, 2.0]) == "▁▁"
+
+
+def test_report_reads_a_run_directory(tmp_path, run_cli):
+    with open(tmp_path / "metrics.jsonl", "w") as fh:
+        for row in rows(reward=[-1.0] * 12):
+            fh.write(json.dumps(row) + "\n")
+        fh.write('{"step": 13, "rew')  # cut short by a kill
+    (tmp_path / "summary.json").write_text(json.dumps({"eval_accuracy_after": 0.5}))
+    table, summary, findings = build_report(tmp_path)
+    assert table[0][:3] == ["reward", "-1", "-1"]
+    assert summary["eval_accuracy_after"] == 0.5
+    assert [f.code for f in findings] == ["reward_at_floor"]
+    code, out, _ = run_cli("report", str(tmp_path))
+    assert code == 0
+    assert "reward_at_floor" not in out  # users see the message, not the code
+    assert "same, lowest reward" in out and "eval_accuracy_after: 0.5" in out
+
+
+def test_report_on_a_missing_directory_is_a_one_line_error(tmp_path, run_cli):
+    code, _, err = run_cli("report", str(tmp_path / "nope"))
+    assert code == 2 and "no such run directory" in err
