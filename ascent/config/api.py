@@ -1,17 +1,281 @@
-"""Config sections for the OpenAI-compatible API channel: `[api]`, `[models]`, `[assistant]`."""
+"""Config sections for the OpenAI-compatible API channel: `[api]`, `[models]`, `[assistant]`.
+
+The layout is the one the write-ups use, so their snippets load as written:
+
+    [api]
+    base_url = "https://openrouter.ai/api/v1"
+    api_key_env = "OPENROUTER_API_KEY"   # the NAME of the variable; the key lives in it or in .env
+    timeout_sec = 120
+    max_retries = 3
+
+    [models]
+    hypothesis_model = "deepseek/deepseek-r1"
+    solver_model = "qwen/qwen-2.5-coder-32b-instruct"
+
+    [models.solver]                      # optional per-role overrides
+    api_key_env = "SOLVER_API_KEY"
+    fallback = "meta-llama/llama-3.3-70b-instruct"
+
+Any `<role>_model` key names a role. A key pasted where a variable name belongs is refused
+with only its first 4 characters shown (inputs are hidden from validation errors too).
+"""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from ascent.config.base import Section
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+MODEL_SUFFIX = "_model"
+
+
+def mask_secret(value: str) -> str:
+    """The first 4 characters of a secret and its length: all anyone may ever print of it."""
+    return f"'{value[:4]}…' ({len(value)} chars)"
+
+
+def looks_like_key(text: str) -> bool:
+    """True when a string looks like an API key rather than an environment variable name."""
+    if re.match(r"^(sk|pk|rk|ak)[-_]", text, re.IGNORECASE) and len(text) >= 12:
+        return True
+    if not ENV_NAME.match(text):
+        return len(text) >= 16
+    return len(text) >= 24 and any(c.isdigit() for c in text) and any(c.islower() for c in text)
+
+
+def check_key_env_name(value: str, where: str) -> str:
+    """Validate an `api_key_env` value: the name of a variable, never the key itself."""
+    if looks_like_key(value):
+        raise ValueError(
+            f"{where} api_key_env holds what looks like an API key ({mask_secret(value)}), not a "
+            "variable name; put the key in an environment variable or .env and write its NAME "
+            'here, e.g. api_key_env = "OPENAI_API_KEY"'
+        )
+    if value.startswith("$") and ENV_NAME.match(value[1:].strip("{}")):
+        raise ValueError(
+            f"{where} api_key_env: write the variable name without '$', "
+            f'e.g. api_key_env = "{value[1:].strip("{}")}"'
+        )
+    if not ENV_NAME.match(value):
+        raise ValueError(
+            f"{where} api_key_env: {value!r} is not an environment variable name (letters, "
+            'digits and _, not starting with a digit), e.g. api_key_env = "OPENAI_API_KEY"'
+        )
+    return value
+
+
+def guard_pasted_key(table: Any, where: str) -> None:
+    """Refuse a key pasted as `api_key_env`, masking it in the raw input first.
+
+    Pydantic quotes a failing input in its own error text; masking the raw table in place
+    keeps the key out of that text too, whoever prints the ValidationError.
+    """
+    if not isinstance(table, dict):
+        return
+    value = table.get("api_key_env")
+    if isinstance(value, str) and looks_like_key(value):
+        table["api_key_env"] = mask_secret(value)
+        check_key_env_name(value, where)
+
+
+def check_base_url(value: str, where: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(
+            f"{where} base_url: {value!r} is not an http(s) URL; write the API root, "
+            'e.g. base_url = "https://openrouter.ai/api/v1" or "http://127.0.0.1:8000/v1"'
+        )
+    return value
 
 
 class ApiSection(Section):
     """`[api]`: the default OpenAI-compatible endpoint for API-served roles."""
 
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    base_url: str = Field(
+        "https://api.openai.com/v1",
+        description="API root; `.../api` and `.../api/v1` both work (a missing /v1 is added).",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="NAME of the environment variable (or .env entry) that holds the key.",
+    )
+    env_file: str = Field(
+        ".env",
+        description="KEY=value file beside the config read for keys (environment wins); '' = none.",
+    )
+    timeout_sec: float = Field(120.0, gt=0.0, description="Seconds to wait for one answer.")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        description="Retries after a 429, 5xx, timeout, dropped connection or empty answer.",
+    )
+    backoff_sec: float = Field(
+        1.0, ge=0.0, description="First retry wait; doubles each retry, with ±25% jitter."
+    )
+    max_wait_sec: float = Field(
+        60.0, ge=0.0, description="Longest single wait between retries (caps Retry-After too)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_pasted_key(cls, data: Any) -> Any:
+        guard_pasted_key(data, "[api]")
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_base_url(value, "[api]")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, value: str) -> str:
+        return check_key_env_name(value, "[api]")
+
+
+class RoleSection(Section):
+    """`[models.<role>]`: per-role overrides of the `[api]` endpoint, and a fallback model."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    model: str | None = Field(None, description="Model name (same as `<role>_model` in [models]).")
+    base_url: str | None = Field(None, description="Endpoint for this role; unset: [api] base_url.")
+    api_key_env: str | None = Field(
+        None, description="Key variable for this role (a separate rate limit); unset: [api]'s."
+    )
+    fallback: str | None = Field(
+        None, description="Model used when the primary still fails after its retries."
+    )
+
+
+_ROLE_TABLE_KEYS = ", ".join(RoleSection.model_fields)
+
+
+def _role_table(role: str, value: Any) -> RoleSection:
+    where = f"[models.{role}]"
+    if isinstance(value, RoleSection):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"[models] {role}: expected a table of overrides ({_ROLE_TABLE_KEYS}) or a model "
+            f'name as {role}{MODEL_SUFFIX} = "name"'
+        )
+    for key, item in value.items():
+        if key not in RoleSection.model_fields:
+            raise ValueError(f"{where}: unknown key '{key}'; valid keys: {_ROLE_TABLE_KEYS}")
+        if item is not None and not isinstance(item, str):
+            raise ValueError(f"{where} {key}: must be a string")
+        if key == "api_key_env":
+            check_key_env_name(item, where)
+        if key == "base_url":
+            check_base_url(item, where)
+    try:
+        return RoleSection.model_validate(value)
+    except ValidationError as err:  # pragma: no cover - every key was checked above
+        raise ValueError(f"{where}: {err.errors(include_url=False)[0]['msg']}") from None
+
 
 class ModelsSection(Section):
-    """`[models]`: which model plays each role (`<role>_model = "name"`)."""
+    """`[models]`: a model per role (`<role>_model = "name"`); `[models.<role>]` overrides.
+
+    Any `<role>_model` key names a role. A `[models.<role>]` table may set `model`, `base_url`,
+    `api_key_env` and `fallback` for that role; unset keys come from `[api]`.
+    """
+
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
+    __pydantic_extra__: dict[str, Any] = Field(init=False)
+
+    hypothesis_model: str | None = Field(None, description="Proposes the approach (agentic GRPO).")
+    solver_model: str | None = Field(None, description="Writes the program or the answer.")
+    testgen_model: str | None = Field(None, description="Generates adversarial tests.")
+    summarizer_model: str | None = Field(None, description="Compresses long transcripts.")
+    analyst_model: str | None = Field(None, description="Answers the log assistant ([assistant]).")
+    fallback_model: str | None = Field(
+        None, description="Fallback for every role without its own `fallback` (not a role)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _roles(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for key, value in data.items():
+            guard_pasted_key(value, f"[models.{key}]")
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in cls.model_fields:
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(
+                        f'[models] {key}: must be a model name string, e.g. "gpt-4o-mini"'
+                    )
+                out[key] = value
+            elif key.endswith(MODEL_SUFFIX) and ROLE_NAME.match(key):
+                if not isinstance(value, str) or not value.strip():
+                    raise ValueError(
+                        f'[models] {key}: must be a model name string, e.g. "gpt-4o-mini"'
+                    )
+                out[key] = value
+            elif ROLE_NAME.match(key) and isinstance(value, (dict, RoleSection)):
+                out[key] = _role_table(key, value)
+            else:
+                raise ValueError(
+                    f"[models] unknown key '{key}': name a role's model as "
+                    f'<role>_model = "name" (e.g. solver_model) or override a role in a '
+                    f"[models.<role>] table ({_ROLE_TABLE_KEYS})"
+                )
+        for key, value in out.items():
+            if isinstance(value, RoleSection) and value.model and out.get(key + MODEL_SUFFIX):
+                raise ValueError(
+                    f"[models.{key}] model: {key}{MODEL_SUFFIX} already names this role's "
+                    "model; keep one of the two"
+                )
+        return out
+
+    def roles(self) -> dict[str, tuple[str | None, RoleSection]]:
+        """Every named role -> (model or None when only a table names it, its overrides)."""
+        found: dict[str, tuple[str | None, RoleSection]] = {}
+        values = {
+            **{k: getattr(self, k) for k in type(self).model_fields},
+            **(self.model_extra or {}),
+        }
+        for key, value in values.items():
+            if key == "fallback_model" or value is None:
+                continue
+            if isinstance(value, RoleSection):
+                model, table = found.get(key, (None, None))
+                found[key] = (model or value.model, value)
+            elif key.endswith(MODEL_SUFFIX):
+                role = key[: -len(MODEL_SUFFIX)]
+                _, table = found.get(role, (None, None))
+                found[role] = (value, table or RoleSection())
+        return dict(sorted(found.items()))
 
 
 class AssistantSection(Section):
-    """`[assistant]`: the optional log-analysis assistant."""
+    """`[assistant]`: optional log analysis, three sentences every log_interval steps."""
+
+    enabled: bool = Field(False, description="Send the latest metrics to an API role for analysis.")
+    role: str = Field(
+        "analyst", description="Role that answers; its model is `<role>_model` in [models]."
+    )
+    log_interval: int = Field(50, ge=1, description="Ask every N training steps.")
+    history: int = Field(5, ge=1, description="How many recent metric records to send.")
+    timeout_sec: float = Field(
+        60.0, gt=0.0, description="Give up on one analysis after this long (training never waits)."
+    )
+    max_tokens: int = Field(200, ge=16, description="Longest answer, in tokens.")
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, value: str) -> str:
+        if not ROLE_NAME.match(value):
+            raise ValueError(
+                f"[assistant] role: {value!r} is not a role name (lowercase letters, digits, _)"
+            )
+        return value

@@ -1,0 +1,373 @@
+"""What went wrong on the API channel, as one line that says what to do.
+
+Each failure users hit most has its own `ApiError` subclass and message (tested one by one in
+tests/api/test_diagnoses.py). `diagnose` maps an exception from the `openai` client (or a bad
+answer) to one of them; `is_transient` and `retry_after` tell the client whether and when to
+retry. Server-provided text is scrubbed of anything key-shaped before it reaches a message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import urllib.request
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit, urlunsplit
+
+from ascent.errors import AscentError
+
+
+class ApiError(AscentError):
+    """A failure on the API channel; the message is one line with the fix."""
+
+    #: A failure of the model (not of the endpoint or key): a fallback model may succeed.
+    model_level = False
+
+    def __init__(self, message: str, *, attempts: int = 1) -> None:
+        super().__init__(" ".join(message.split()))
+        self.attempts = attempts
+
+
+class KeyMissingError(ApiError):
+    """The key variable is unset or empty."""
+
+
+class KeyLooksLikeNameError(ApiError):
+    """The key variable holds a variable name (e.g. OPENAI_API_KEY) instead of a key."""
+
+
+class AuthError(ApiError):
+    """401/403: the endpoint refused the key."""
+
+
+class BaseUrlError(ApiError):
+    """404 (or a web page) where the API should be: base_url points at the wrong place."""
+
+
+class UnknownModelError(ApiError):
+    """The endpoint does not serve the model name."""
+
+    model_level = True
+
+
+class RateLimitedError(ApiError):
+    """429 after every retry."""
+
+    model_level = True
+
+
+class ServerError(ApiError):
+    """5xx after every retry."""
+
+    model_level = True
+
+
+class RequestTimeoutError(ApiError):
+    """No answer within timeout_sec, after every retry."""
+
+    model_level = True
+
+
+class ProxyError(ApiError):
+    """The connection failed while a proxy variable routes the request."""
+
+
+class UnreachableError(ApiError):
+    """The connection failed (no proxy involved): wrong host/port or the server is down."""
+
+
+class NoChoicesError(ApiError):
+    """An answer without `choices` (often an upstream error wrapped in a 200)."""
+
+    model_level = True
+
+
+class MaxTokensError(ApiError):
+    """max_tokens (plus the prompt) is over what the model accepts."""
+
+    model_level = True
+
+
+class BadResponseError(ApiError):
+    """An answer that is not valid JSON (truncated or not an API at all)."""
+
+
+class RequestRejectedError(ApiError):
+    """Any other 4xx, with the server's own explanation."""
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What a message needs to know about the call that failed."""
+
+    role: str
+    model: str
+    base_url: str
+    key_var: str
+    max_retries: int = 0
+    timeout_sec: float = 0.0
+    concurrency: int = 1
+    max_tokens: int | None = None
+    secrets: Sequence[str] = field(default_factory=tuple, repr=False)
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.base_url).netloc
+
+    @property
+    def who(self) -> str:
+        return f"role {self.role} ({self.model})"
+
+
+RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a retry may succeed: 408/409/429/5xx, timeouts, dropped connections, no choices."""
+    import openai
+
+    if isinstance(exc, NoChoicesError):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRY_STATUS
+    return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked to wait (Retry-After-Ms, Retry-After seconds or date)."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            pass
+        try:
+            import time
+
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            pass
+    return None
+
+
+def proxy_for(url: str) -> tuple[str, str] | None:
+    """(variable name, proxy URL without credentials) of the proxy that would carry `url`."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    names = [f"{parts.scheme}_proxy", "all_proxy"]
+    for name in names:
+        for var in (name, name.upper()):
+            value = os.environ.get(var)
+            if not value:
+                continue
+            if urllib.request.proxy_bypass_environment(host):
+                return None
+            p = urlsplit(value if "://" in value else f"http://{value}")
+            netloc = p.hostname or ""
+            if p.port:
+                netloc += f":{p.port}"
+            return var, urlunsplit((p.scheme, netloc, "", "", ""))
+    return None
+
+
+def server_text(exc: BaseException, secrets: Sequence[str]) -> str:
+    """The server's own explanation, key-scrubbed, on one line, at most 200 characters."""
+    from ascent.api.keys import redact
+
+    body = getattr(exc, "body", None)
+    text = ""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        text = err.get("message", "") if isinstance(err, dict) else str(err)
+        if not text:
+            text = json.dumps(body)[:200]
+    elif body is not None:
+        text = str(body)
+    else:
+        text = getattr(exc, "message", "") or str(exc)
+    text = " ".join(redact(str(text), secrets).split())
+    return text[:200] + ("…" if len(text) > 200 else "")
+
+
+_MAX_TOKENS_PAT = re.compile(
+    r"max_tokens|max_completion_tokens|maximum context length|context[_ ]length|"
+    r"too many tokens|context window",
+    re.IGNORECASE,
+)
+
+
+async def diagnose(
+    exc: BaseException,
+    ctx: CallContext,
+    *,
+    attempts: int,
+    list_models: Callable[[], Awaitable[list[str]]] | None = None,
+) -> ApiError:
+    """The one-line diagnosis for `exc`, raised by a call described by `ctx`."""
+    import openai
+
+    if isinstance(exc, ApiError):
+        exc.attempts = attempts
+        return exc
+    retries = f"after {attempts - 1} retr{'y' if attempts == 2 else 'ies'}" if attempts > 1 else ""
+    where = f"{ctx.who} at {ctx.host}"
+    if isinstance(exc, openai.APITimeoutError):
+        return RequestTimeoutError(
+            f"{where}: no answer within timeout_sec={ctx.timeout_sec:g} s {retries}; raise [api] "
+            "timeout_sec, lower max_tokens, or set a fallback model",
+            attempts=attempts,
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        proxy = proxy_for(ctx.base_url)
+        cause = _root_cause(exc)
+        if proxy is not None:
+            var, url = proxy
+            return ProxyError(
+                f"{where}: could not connect through the proxy in {var} ({url}): {cause}; start "
+                f"that proxy, unset {var}, or add {urlsplit(ctx.base_url).hostname} to NO_PROXY",
+                attempts=attempts,
+            )
+        return UnreachableError(
+            f"{where}: could not connect to {ctx.base_url} ({cause}) {retries}; check base_url "
+            "and that the server is running",
+            attempts=attempts,
+        )
+    if isinstance(exc, openai.APIStatusError):
+        return await _diagnose_status(exc, ctx, where, retries, attempts, list_models)
+    if isinstance(exc, ValueError):  # json.JSONDecodeError: a truncated or non-JSON body
+        return BadResponseError(
+            f"{where}: the answer is not valid JSON ({exc}); the endpoint or a proxy cut it "
+            "short, or base_url is not an OpenAI-compatible API",
+            attempts=attempts,
+        )
+    raise exc
+
+
+async def _diagnose_status(
+    exc, ctx: CallContext, where: str, retries: str, attempts: int, list_models
+) -> ApiError:
+    status = exc.status_code
+    said = server_text(exc, ctx.secrets)
+    if status in (401, 403):
+        return AuthError(
+            f"{where}: {status} {'Unauthorized' if status == 401 else 'Forbidden'}: the key in "
+            f"{ctx.key_var} was refused; check that it is a valid key for {ctx.host} (not "
+            "expired, not another provider's), or point this role's api_key_env at the right one",
+            attempts=attempts,
+        )
+    if status == 429:
+        return RateLimitedError(
+            f"{where}: still rate-limited (429) {retries}; lower [rollout] async_workers (now "
+            f"{ctx.concurrency}), raise [api] max_retries, or give this role its own key "
+            f"([models.{ctx.role}] api_key_env)",
+            attempts=attempts,
+        )
+    if status >= 500:
+        return ServerError(
+            f"{where}: server error {status} {retries} ({said}); the endpoint is failing: try "
+            f"later or set [models.{ctx.role}] fallback",
+            attempts=attempts,
+        )
+    if status == 404:
+        return await _diagnose_404(ctx, where, said, attempts, list_models)
+    if status in (400, 413, 422) and _MAX_TOKENS_PAT.search(said):
+        limit = re.search(r"(?:at most|maximum context length is|limit(?: is| of)?)\s*(\d+)", said)
+        asked = f"max_tokens={ctx.max_tokens}" if ctx.max_tokens is not None else "max_tokens"
+        bound = f" (the model allows {limit.group(1)} tokens)" if limit else ""
+        return MaxTokensError(
+            f"{where}: {asked} plus the prompt is over the model's limit{bound}; lower "
+            f"max_tokens / [rollout] max_new_tokens or shorten the prompt (server: {said})",
+            attempts=attempts,
+        )
+    return RequestRejectedError(
+        f"{where}: request rejected with {status}: {said}; fix the request or the model's settings",
+        attempts=attempts,
+    )
+
+
+async def _diagnose_404(ctx: CallContext, where: str, said: str, attempts: int, list_models):
+    """A 404 is either a wrong base_url or an unknown model: /models tells which."""
+    available: list[str] | None = None
+    if list_models is not None:
+        try:
+            available = await list_models()
+        except Exception:
+            available = None
+    if available:
+        if ctx.model in available:
+            return BaseUrlError(
+                f"{where}: 404 for chat completions although /models lists {ctx.model}; "
+                f"base_url {ctx.base_url} may serve only part of the API ({said})",
+                attempts=attempts,
+            )
+        return unknown_model(ctx, available, attempts)
+    if "model" in said.lower() and available is None and "not found" in said.lower():
+        return UnknownModelError(
+            f"{where}: the endpoint does not know model {ctx.model!r} ({said}); check the "
+            "model name in [models] (the endpoint does not list its models)",
+            attempts=attempts,
+        )
+    return BaseUrlError(
+        f"{where}: 404 Not Found at {ctx.base_url}/chat/completions; base_url is probably wrong: "
+        "it should be the API root that serves /chat/completions and /models, e.g. "
+        "https://openrouter.ai/api/v1 or http://127.0.0.1:8000/v1",
+        attempts=attempts,
+    )
+
+
+def unknown_model(
+    ctx: CallContext, available: Sequence[str], attempts: int = 1
+) -> UnknownModelError:
+    close = difflib.get_close_matches(ctx.model, available, n=3, cutoff=0.4)
+    if close:
+        listed = f"closest of the {len(available)} listed: {', '.join(close)}"
+    else:
+        shown = sorted(available)[:8]
+        more = f" (+{len(available) - len(shown)} more)" if len(available) > len(shown) else ""
+        listed = f"available: {', '.join(shown)}{more}"
+    return UnknownModelError(
+        f"role {ctx.role}: model {ctx.model!r} is not served by {ctx.host}; {listed}; "
+        f"fix [models] {ctx.role}_model",
+        attempts=attempts,
+    )
+
+
+def no_choices(ctx: CallContext, body_error: object, attempts: int = 1) -> NoChoicesError:
+    from ascent.api.keys import redact
+
+    detail = ""
+    if body_error:
+        msg = body_error.get("message", body_error) if isinstance(body_error, dict) else body_error
+        detail = f" (server: {redact(' '.join(str(msg).split()), ctx.secrets)[:200]})"
+    return NoChoicesError(
+        f"{ctx.who} at {ctx.host}: the answer has no choices{detail}; usually an upstream "
+        f"provider error: retry later, or set [models.{ctx.role}] fallback",
+        attempts=attempts,
+    )
+
+
+def not_an_api(ctx: CallContext, text: str, attempts: int = 1) -> BaseUrlError:
+    kind = "a web page" if "<html" in text[:500].lower() else "plain text"
+    return BaseUrlError(
+        f"{ctx.who} at {ctx.host}: base_url {ctx.base_url} answered with {kind}, not JSON; "
+        "point base_url at the API root (e.g. https://openrouter.ai/api/v1)",
+        attempts=attempts,
+    )
+
+
+def _root_cause(exc: BaseException) -> str:
+    seen = exc
+    while seen.__cause__ is not None or seen.__context__ is not None:
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(seen).split()) or type(seen).__name__
+    return text[:160]

@@ -1,0 +1,143 @@
+"""API keys: where they come from, how they are checked, and how they are kept out of output.
+
+A key is read from the variable named by `api_key_env`: first the process environment, then a
+`.env` file beside the config (python-dotenv syntax; the environment wins). Only the first 4
+characters of a key are ever printed; `redact` scrubs any longer piece of a known key, and any
+token that looks like a key, from text that came back from a server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dotenv import dotenv_values
+
+from ascent.api.diagnoses import KeyLooksLikeNameError, KeyMissingError
+from ascent.config.api import ENV_NAME, mask_secret
+
+__all__ = ["KeySource", "Secret", "mask_secret", "redact"]
+
+KEY_PREFIX = re.compile(
+    r"^(?:sk|pk|rk|gsk|hf|fw|key)[-_][A-Za-z0-9_\-*.]{6,}|^AIza[A-Za-z0-9_\-]{20,}"
+)
+_TOKEN = re.compile(r"[^\s'\"`,;:=()\[\]{}<>]+")
+
+
+class Secret:
+    """A key that prints as its first 4 characters, whatever formats it (repr, str, f-string)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({mask_secret(self._value)})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # never pickled in clear (checkpoints, multiprocessing)
+        raise TypeError("a Secret cannot be pickled")
+
+
+def _key_shaped(token: str) -> bool:
+    """A known key prefix, or a long random-looking run (not a hyphenated model name)."""
+    if KEY_PREFIX.match(token):
+        return True
+    return (
+        len(token) >= 24
+        and re.fullmatch(r"[A-Za-z0-9_\-]+", token) is not None
+        and token.count("-") <= 2
+        and any(c.isdigit() for c in token)
+        and any(c.isalpha() for c in token)
+    )
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Replace anything in `text` sharing 5 characters with a secret, or shaped like a key."""
+    grams = {s[i : i + 5] for s in secrets if s for i in range(len(s) - 4)}
+
+    def scrub(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if any(token[i : i + 5] in grams for i in range(len(token) - 4)) or _key_shaped(token):
+            return "[redacted]"
+        return token
+
+    return _TOKEN.sub(scrub, text)
+
+
+def _looks_like_a_name(value: str, var: str) -> bool:
+    bare = value.strip().lstrip("$").strip("{}")
+    if bare == var:
+        return True
+    return (
+        bool(ENV_NAME.match(bare))
+        and bare.isupper()
+        and (bare.endswith(("_KEY", "_TOKEN", "_SECRET")) or "API" in bare)
+    )
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """Looks up key variables: the process environment first, then a `.env` file."""
+
+    dotenv_path: Path | None = None
+    dotenv: Mapping[str, str] = field(default_factory=dict)
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+    @classmethod
+    def beside(cls, config_source: str | None, env_file: str = ".env") -> KeySource:
+        """The key source for a config file: its directory's `env_file` (if any) + environment."""
+        if not env_file:
+            return cls()
+        base = (
+            Path(config_source).parent
+            if config_source and Path(config_source).exists()
+            else Path.cwd()
+        )
+        path = Path(env_file) if Path(env_file).is_absolute() else base / env_file
+        if not path.is_file():
+            return cls(dotenv_path=path)
+        values = {k: v for k, v in dotenv_values(path).items() if v is not None}
+        return cls(dotenv_path=path, dotenv=values)
+
+    def where(self, var: str) -> str | None:
+        """'environment', the .env path, or None when the variable is set nowhere."""
+        if var in self.environ:
+            return "environment"
+        if var in self.dotenv:
+            return str(self.dotenv_path)
+        return None
+
+    def lookup(self, var: str) -> str | None:
+        if var in self.environ:
+            return self.environ[var]
+        return self.dotenv.get(var)
+
+    def require(self, var: str, role: str) -> Secret:
+        """The key in `var`, or a diagnosis naming the variable and how to set it."""
+        value = self.lookup(var)
+        env_hint = f" or add {var}=... to {self.dotenv_path}" if self.dotenv_path else ""
+        if value is None:
+            raise KeyMissingError(
+                f"role {role}: API key variable {var} is not set; export {var}=<your key>{env_hint}"
+            )
+        value = value.strip()
+        if not value:
+            raise KeyMissingError(
+                f"role {role}: API key variable {var} is set but empty "
+                f"(in the {self.where(var)}); put the key in it{env_hint}"
+            )
+        if _looks_like_a_name(value, var):
+            raise KeyLooksLikeNameError(
+                f"role {role}: {var} holds {mask_secret(value)}, which looks like a variable "
+                f"name, not a key; set {var} to the key itself (api_key_env names the variable)"
+            )
+        return Secret(value)
