@@ -85,6 +85,74 @@ def report(
     print_report(run_dir)
 
 
+@app.command()
+def smoke(
+    config: Annotated[Path, typer.Argument(help="TOML config with [api] and [models].")],
+    set_: SetOption = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Longest answer per request (keep it cheap).")
+    ] = 16,
+) -> None:
+    """Send one minimal request per API role; print status, latency and the answer's first line."""
+    from ascent.api.smoke import format_smoke, run_smoke
+    from ascent.config import load_config
+
+    rows = run_smoke(load_config(config, set_ or []), max_tokens)
+    typer.echo("\n".join(format_smoke(rows)))
+    failed = [row.role for row in rows if not row.ok]
+    if failed:
+        raise AscentError(f"smoke failed for {len(failed)} of {len(rows)}: {', '.join(failed)}")
+
+
+@app.command()
+def doctor(
+    config: Annotated[
+        Path | None, typer.Argument(help="TOML config; omit to check the machine only.")
+    ] = None,
+    set_: SetOption = None,
+) -> None:
+    """Check config, environment, sandbox, disk, keys and endpoints, without training."""
+    from ascent.api.doctor import format_checks, run_doctor
+
+    checks = run_doctor(config, set_ or [])
+    typer.echo("\n".join(format_checks(checks)))
+    failed = [c.name for c in checks if c.status == "fail"]
+    if failed:
+        raise AscentError(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+
+
+@app.command()
+def serve(
+    model_or_run_dir: Annotated[
+        str,
+        typer.Argument(
+            help="Model directory, run directory (serves its final/best model), or ascent:tiny."
+        ),
+    ],
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0 picks a free one).")] = 8000,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Model name clients send; default: the directory name."),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    max_batch: Annotated[
+        int,
+        typer.Option(
+            "--max-batch", help="Most concurrent requests batched into one generate call."
+        ),
+    ] = 32,
+) -> None:
+    """Serve a local policy as an OpenAI-compatible endpoint (chat, completions, models)."""
+    from ascent.api.server import serve_forever
+
+    serve_forever(
+        model_or_run_dir, host=host, port=port, name=name, device=device, max_batch=max_batch
+    )
+
+
 config_app = typer.Typer(help="Inspect configuration files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

@@ -28,6 +28,7 @@ from ascent.api.diagnoses import (
     CallContext,
     diagnose,
     is_transient,
+    models_not_listed,
     no_choices,
     not_an_api,
     retry_after,
@@ -167,9 +168,16 @@ class ApiClient:
 
     async def list_models(self, role: str) -> list[str]:
         """Model ids the role's endpoint lists at `/models` (raises an `ApiError` if it cannot)."""
+        import openai
+
         spec = self.spec(role)
         try:
             return await self._list_models(spec)
+        except openai.APIStatusError as exc:
+            ctx = self._context(spec, spec.model, None)
+            if exc.status_code in (404, 405):
+                raise models_not_listed(ctx, exc.status_code) from None
+            raise await diagnose(exc, ctx, attempts=1) from None
         except Exception as exc:
             raise await diagnose(exc, self._context(spec, spec.model, None), attempts=1) from None
 

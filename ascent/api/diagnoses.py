@@ -219,11 +219,11 @@ async def diagnose(
     if isinstance(exc, ApiError):
         exc.attempts = attempts
         return exc
-    retries = f"after {attempts - 1} retr{'y' if attempts == 2 else 'ies'}" if attempts > 1 else ""
+    retries = f" after {attempts - 1} retr{'y' if attempts == 2 else 'ies'}" if attempts > 1 else ""
     where = f"{ctx.who} at {ctx.host}"
     if isinstance(exc, openai.APITimeoutError):
         return RequestTimeoutError(
-            f"{where}: no answer within timeout_sec={ctx.timeout_sec:g} s {retries}; raise [api] "
+            f"{where}: no answer within timeout_sec={ctx.timeout_sec:g} s{retries}; raise [api] "
             "timeout_sec, lower max_tokens, or set a fallback model",
             attempts=attempts,
         )
@@ -238,7 +238,7 @@ async def diagnose(
                 attempts=attempts,
             )
         return UnreachableError(
-            f"{where}: could not connect to {ctx.base_url} ({cause}) {retries}; check base_url "
+            f"{where}: could not connect to {ctx.base_url} ({cause}){retries}; check base_url "
             "and that the server is running",
             attempts=attempts,
         )
@@ -267,14 +267,14 @@ async def _diagnose_status(
         )
     if status == 429:
         return RateLimitedError(
-            f"{where}: still rate-limited (429) {retries}; lower [rollout] async_workers (now "
+            f"{where}: still rate-limited (429){retries}; lower [rollout] async_workers (now "
             f"{ctx.concurrency}), raise [api] max_retries, or give this role its own key "
             f"([models.{ctx.role}] api_key_env)",
             attempts=attempts,
         )
     if status >= 500:
         return ServerError(
-            f"{where}: server error {status} {retries} ({said}); the endpoint is failing: try "
+            f"{where}: server error {status}{retries} ({said}); the endpoint is failing: try "
             f"later or set [models.{ctx.role}] fallback",
             attempts=attempts,
         )
@@ -337,7 +337,17 @@ def unknown_model(
         listed = f"available: {', '.join(shown)}{more}"
     return UnknownModelError(
         f"role {ctx.role}: model {ctx.model!r} is not served by {ctx.host}; {listed}; "
-        f"fix [models] {ctx.role}_model",
+        f"fix the name in [models]",
+        attempts=attempts,
+    )
+
+
+def models_not_listed(ctx: CallContext, status: int, attempts: int = 1) -> BaseUrlError:
+    """/models answered 404/405: a wrong base_url, or an endpoint that lists no models."""
+    return BaseUrlError(
+        f"{ctx.host}: {status} at {ctx.base_url}/models; base_url is probably wrong (it should be "
+        "the API root, e.g. https://openrouter.ai/api/v1), unless this endpoint does not list "
+        "models: `ascent smoke` tells which",
         attempts=attempts,
     )
 

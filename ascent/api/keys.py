@@ -38,6 +38,10 @@ class Secret:
     def reveal(self) -> str:
         return self._value
 
+    @property
+    def masked(self) -> str:
+        return mask_secret(self._value)
+
     def __repr__(self) -> str:
         return f"Secret({mask_secret(self._value)})"
 

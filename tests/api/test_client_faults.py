@@ -124,7 +124,7 @@ def test_unknown_model_lists_the_closest_available(server):
         run(chat_once(make_client(server.url, model="gpt-4o-mni")))
     assert str(err.value) == (
         f"role solver: model 'gpt-4o-mni' is not served by {server.url[7:]}; closest of the 4 "
-        "listed: gpt-4o-mini, gpt-4o, o3-mini; fix [models] solver_model"
+        "listed: gpt-4o-mini, gpt-4o, o3-mini; fix the name in [models]"
     )
     assert server.count(CHAT) == 1
 

@@ -1,0 +1,121 @@
+"""`ascent smoke` and `ascent doctor` through the CLI, against a scripted loopback endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.api.conftest import KEY, KEY_VAR, leaks
+from tests.api.scripted_server import Reply, models_body, ok
+
+CHAT = "/v1/chat/completions"
+
+
+def config(tmp_path: Path, url: str, extra: str = "") -> Path:
+    path = tmp_path / "roles.toml"
+    path.write_text(
+        f"""
+[api]
+base_url = "{url}"
+api_key_env = "{KEY_VAR}"
+timeout_sec = 5
+max_retries = 1
+backoff_sec = 0.01
+
+[models]
+solver_model = "small"
+hypothesis_model = "big"
+{extra}
+"""
+    )
+    return path
+
+
+def test_smoke_prints_one_row_per_role(run_cli, server, tmp_path):
+    server.default(CHAT, ok("ok\nmore text"))
+    code, out, err = run_cli("smoke", str(config(tmp_path, server.url)))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["role", "model", "endpoint", "status", "latency", "answer"]
+    assert lines[1].split()[:4] == ["hypothesis", "big", server.url[7:], "ok"]
+    assert lines[2].split()[:4] == ["solver", "small", server.url[7:], "ok"]
+    assert lines[1].endswith("  ok") and " s  " in lines[1]
+    assert server.count(CHAT) == 2
+    body = server.requests(CHAT)[0].body
+    assert body["max_tokens"] == 16 and body["temperature"] == 0
+
+
+def test_smoke_fails_with_the_diagnosis_and_tests_the_fallback(run_cli, server, tmp_path):
+    server.default(CHAT, Reply(404, {"error": {"message": "model not found"}}))
+    server.default("/v1/models", Reply(200, models_body("small", "big")))
+    server.script(CHAT, [ok("fine"), ok("fine")])
+    path = config(tmp_path, server.url, '[models.solver]\nfallback = "tiny-typo"\n')
+    code, out, _err = run_cli("smoke", str(path))
+    assert code == 2
+    lines = out.splitlines()
+    rows = {line.split("  ")[0].strip(): line for line in lines[1:4]}
+    assert set(rows) == {"hypothesis", "solver", "solver (fallback)"}
+    assert sum("FAILED" in line for line in rows.values()) == 1  # 2 oks for 3 requests
+    assert "UnknownModelError" in out
+    assert "is not served by" in lines[4] and "fix the name in [models]" in lines[4]
+
+
+def test_smoke_without_a_key_names_the_variable_and_sends_nothing(
+    run_cli, server, tmp_path, monkeypatch
+):
+    monkeypatch.delenv(KEY_VAR)
+    code, out, _err = run_cli("smoke", str(config(tmp_path, server.url)))
+    assert code == 2
+    assert f"API key variable {KEY_VAR} is not set" in out
+    assert server.seen == []
+
+
+def test_smoke_with_no_roles_says_how_to_add_one(run_cli, tmp_path):
+    path = tmp_path / "empty.toml"
+    path.write_text("[api]\n")
+    code, _out, err = run_cli("smoke", str(path))
+    assert code == 2
+    assert 'no roles in [models]; name one, e.g. solver_model = "gpt-4o-mini"' in err
+
+
+def test_doctor_checks_keys_endpoints_and_models(run_cli, server, tmp_path):
+    server.default("/v1/models", Reply(200, models_body("small", "big", "other")))
+    code, out, err = run_cli("doctor", str(config(tmp_path, server.url)))
+    assert code == 0, out + err
+    status = {line[6:].split("  ")[0].strip(): line[:4].strip() for line in out.splitlines()}
+    for name in (
+        "config",
+        "python",
+        "torch / CUDA",
+        "optional extras",
+        "disk space",
+        f"key {KEY_VAR}",
+        f"endpoint {server.url}/v1",
+        "model solver",
+        "model hypothesis",
+    ):
+        assert status[name] == "ok", (name, out)
+    assert "sandbox isolation" in status
+    assert server.count(CHAT) == 0  # the doctor never spends tokens
+    assert f"set in the environment ('{KEY[:4]}…' ({len(KEY)} chars))" in out
+    assert not leaks(out + err)
+
+
+def test_doctor_reports_each_failure_and_goes_on(run_cli, server, tmp_path, monkeypatch):
+    server.default("/v1/models", Reply(401, {"error": {"message": f"bad key {KEY}"}}))
+    extra = '[models.judge]\nmodel = "j"\napi_key_env = "ASCENT_UNSET_VAR"\n'
+    monkeypatch.delenv("ASCENT_UNSET_VAR", raising=False)
+    code, out, err = run_cli("doctor", str(config(tmp_path, server.url, extra)))
+    assert code == 2
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert any("API key variable ASCENT_UNSET_VAR is not set" in line for line in fails)
+    assert any("401 Unauthorized" in line for line in fails)
+    assert not leaks(out + err)
+
+
+def test_doctor_with_a_broken_config_still_checks_the_machine(run_cli, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[api]\ntimeout_sec = -1\n")
+    code, out, _err = run_cli("doctor", str(path))
+    assert code == 2
+    assert out.splitlines()[0].startswith("FAIL  config")
+    assert "torch / CUDA" in out and "disk space" in out
