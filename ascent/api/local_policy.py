@@ -1,0 +1,186 @@
+"""The model behind `ascent serve`: a model directory, a run directory, or a built-in name.
+
+`LocalPolicy.load(target)` accepts
+- a built-in name (`ascent:tiny`, ...),
+- a save_pretrained directory (it holds `config.json`),
+- a checkpoint directory holding `model/`,
+- a run directory: its `final/model`, else the best checkpoint's `model/`, else the latest's.
+It loads with `ascent.models` (the same code the trainer uses) and samples with the rollout
+engine's transformers decoder, so a served policy answers exactly as it did in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ascent.api.server import Generation, GenParams
+from ascent.errors import AscentError
+
+BUILTIN_PREFIX = "ascent:"
+
+
+def find_model_dir(target: str | Path) -> Path:
+    """The save_pretrained directory to serve for `target` (see the module docstring)."""
+    path = Path(target)
+    if not path.exists():
+        raise AscentError(
+            f"{target}: no such file or directory; pass a model directory (with config.json), "
+            "a run directory (runs/NAME) or a built-in name such as ascent:tiny"
+        )
+    if (path / "config.json").is_file():
+        return path
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    candidates = [path / "final" / "model"]
+    try:
+        from ascent.train.checkpoint import best_checkpoint, latest_checkpoint
+
+        for found in (best_checkpoint(path), latest_checkpoint(path)):
+            if found is not None:
+                candidates.append(found / "model")
+    except ImportError:  # pragma: no cover - the trainer is part of the package
+        pass
+    candidates += sorted((path / "checkpoints").glob("*/model"), reverse=True)
+    for candidate in candidates:
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise AscentError(
+        f"{target}: no model found: expected a model directory with config.json, or a run "
+        "directory with final/model or checkpoints/*/model (a run saves its model there at its "
+        "checkpoints); check the path"
+    )
+
+
+class LocalPolicy:
+    """A `Generator` (see ascent.api.server) over a transformers causal LM."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str, source: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.source = source
+        self.device = next(model.parameters()).device
+        limit = getattr(model.config, "max_position_embeddings", None)
+        self.max_context: int | None = int(limit) if limit else None
+        eos = tokenizer.eos_token_id
+        self._eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        self._eos_ids += [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
+        self._engine = _engine(model, tokenizer.pad_token_id, self._eos_ids)
+
+    @classmethod
+    def load(cls, target: str, name: str | None = None, device: str = "auto") -> LocalPolicy:
+        import torch
+
+        from ascent.config.llm import ModelSection
+        from ascent.models import load_reference, load_tokenizer
+
+        if target.startswith(BUILTIN_PREFIX):
+            source, default_name = target, target
+        else:
+            model_dir = find_model_dir(target)
+            source = str(model_dir)
+            run = Path(target).resolve()
+            default_name = run.name if run != model_dir.resolve() else model_dir.resolve().name
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        cfg = ModelSection(name_or_path=source)
+        tokenizer = load_tokenizer(cfg)
+        model = load_reference(cfg, torch.device(device))
+        return cls(model, tokenizer, name or default_name, source)
+
+    # -- Generator protocol -------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        bos = self.tokenizer.bos_token
+        # a chat template already wrote the BOS token; do not add a second one
+        add = not (bos and text.startswith(bos))
+        return self.tokenizer(text, add_special_tokens=add)["input_ids"]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=True
+            )
+        # no template (e.g. the tiny model): the contents, in order, as the model was trained
+        return "\n".join(str(m.get("content") or "") for m in messages)
+
+    def generate(self, prompts: Sequence[str], params: GenParams) -> list[Generation]:
+        ids = [self.encode(p) for p in prompts]
+        rows = self._engine(ids, params)
+        outs = []
+        for prompt_ids, (tokens, ended) in zip(ids, rows, strict=True):
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            used = len(tokens) + int(ended)  # the EOS token counts, as with other servers
+            finish = "stop" if ended else "length"
+            cut = min((i for i in (text.find(s) for s in params.stop) if i >= 0), default=-1)
+            if cut >= 0:
+                text, finish = text[:cut], "stop"
+                used = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            outs.append(Generation(text, finish, len(prompt_ids), used))
+        return outs
+
+
+def _engine(model: Any, pad_id: int | None, eos_ids: list[int]):
+    """`sample(prompt_ids, params) -> [(completion ids without EOS, ended with EOS)]`."""
+    pad = pad_id if pad_id is not None else eos_ids[0]
+    try:
+        from ascent.rollout.sampling import SamplingParams
+        from ascent.rollout.transformers_engine import TransformersEngine
+    except ImportError:  # pragma: no cover - only while the rollout package is absent
+        return _hf_engine(model, pad, eos_ids)
+    engine = TransformersEngine(model, pad_id=pad, eos_ids=eos_ids)
+
+    def sample(prompt_ids: list[list[int]], params: GenParams) -> list[tuple[list[int], bool]]:
+        greedy = params.temperature == 0
+        sampling = SamplingParams(
+            max_new_tokens=params.max_tokens,
+            temperature=1.0 if greedy else params.temperature,
+            top_p=params.top_p,
+            greedy=greedy,
+        )
+        batch = engine.generate(prompt_ids, list(range(len(prompt_ids))), 1, sampling)
+        out = []
+        for row in range(len(batch)):
+            mask = batch.response_mask[row].bool()
+            tokens = batch.response_ids[row][mask].tolist()
+            ended = bool(batch.finished[row])
+            if ended and tokens and tokens[-1] in eos_ids:
+                tokens = tokens[:-1]
+            out.append((tokens, ended))
+        return out
+
+    return sample
+
+
+def _hf_engine(model: Any, pad: int, eos_ids: list[int]):  # pragma: no cover - fallback
+    import torch
+
+    @torch.no_grad()
+    def sample(prompt_ids: list[list[int]], params: GenParams) -> list[tuple[list[int], bool]]:
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
+        greedy = params.temperature == 0
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask.to(model.device),
+            max_new_tokens=params.max_tokens,
+            do_sample=not greedy,
+            temperature=None if greedy else params.temperature,
+            top_p=None if greedy else params.top_p,
+            pad_token_id=pad,
+            eos_token_id=eos_ids,
+        )
+        rows = []
+        for row in out[:, width:].tolist():
+            ended = next((i for i, t in enumerate(row) if t in eos_ids), None)
+            rows.append((row[:ended] if ended is not None else row, ended is not None))
+        return rows
+
+    return sample

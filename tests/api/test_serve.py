@@ -1,0 +1,221 @@
+"""`ascent serve`: the official openai client against the tiny model on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from ascent.api import diagnoses as d
+from ascent.api.local_policy import LocalPolicy, find_model_dir
+from ascent.api.server import Batcher, Generation, GenParams, PolicyServer
+from ascent.errors import AscentError
+from tests.api.conftest import KEY_VAR, run
+
+MODEL = "ascent:tiny"
+
+
+@pytest.fixture(scope="module")
+def policy() -> LocalPolicy:
+    return LocalPolicy.load(MODEL, device="cpu")
+
+
+@pytest.fixture
+def served(policy):
+    with PolicyServer(policy, port=0, window_sec=0.05) as srv:
+        yield srv
+
+
+def chat(client, content="12+34=", **kw):
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": content}], **kw
+    )
+
+
+def test_chat_completion_returns_content_usage_and_finish_reason(served):
+    client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+    r = chat(client, max_tokens=8)
+    assert r.object == "chat.completion" and r.model == MODEL
+    choice = r.choices[0]
+    assert isinstance(choice.message.content, str) and choice.message.role == "assistant"
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens == len("12+34=")  # one token per character, no BOS
+    assert 1 <= r.usage.completion_tokens <= 8
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    if choice.finish_reason == "length":
+        assert r.usage.completion_tokens == 8
+
+
+def test_greedy_completions_are_deterministic_and_stop_strings_cut(served):
+    client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+    a = client.completions.create(model=MODEL, prompt="7+8=", max_tokens=12, temperature=0)
+    b = client.completions.create(model=MODEL, prompt="7+8=", max_tokens=12, temperature=0)
+    assert a.choices[0].text == b.choices[0].text
+    text = a.choices[0].text
+    if len(text) >= 3:
+        stop = text[2]
+        c = client.completions.create(
+            model=MODEL, prompt="7+8=", max_tokens=12, temperature=0, stop=[stop]
+        )
+        assert c.choices[0].text == text[: text.index(stop)]
+        assert c.choices[0].finish_reason == "stop"
+
+
+def test_models_lists_the_served_name_and_n_gives_choices(served):
+    client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert len(chat(client, max_tokens=4, n=3).choices) == 3
+
+
+def test_streaming_clients_get_the_answer(served):
+    client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+    chunks = list(chat(client, max_tokens=6, stream=True, temperature=0))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == chat(client, max_tokens=6, temperature=0).choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_concurrent_requests_are_batched_into_one_generate_call(served):
+    async def many():
+        async with openai.AsyncOpenAI(base_url=served.url, api_key="x", max_retries=0) as c:
+            return await asyncio.gather(
+                *(
+                    c.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": f"{i}+1="}], max_tokens=6
+                    )
+                    for i in range(8)
+                )
+            )
+
+    results = run(many())
+    assert len(results) == 8 and all(r.choices[0].message.content is not None for r in results)
+    sizes = served.batcher.batch_sizes
+    assert sum(sizes) == 8
+    assert len(sizes) <= 2 and max(sizes) >= 4, sizes  # 8 requests, at most 2 generate calls
+
+
+def test_batcher_gathers_requests_that_arrive_while_generating():
+    release = threading.Event()
+
+    class Slow:
+        name, max_context = "fake", None
+
+        def __init__(self):
+            self.calls: list[list[str]] = []
+
+        def generate(self, prompts, params):
+            self.calls.append(list(prompts))
+            release.wait(5)
+            return [Generation(p.upper(), "stop", 1, 1) for p in prompts]
+
+    gen = Slow()
+    batcher = Batcher(gen, max_batch=16, window_sec=0.0)
+    try:
+        params = GenParams(max_tokens=4)
+        first = batcher.submit("a", params)
+        while not gen.calls:
+            time.sleep(0.001)
+        rest = [batcher.submit(p, params) for p in "bcdef"]
+        other = batcher.submit("g", GenParams(max_tokens=4, temperature=0.0))
+        release.set()
+        assert first.result(5).text == "A"
+        assert [f.result(5).text for f in rest] == list("BCDEF")
+        assert other.result(5).text == "G"
+    finally:
+        batcher.close()
+    # the 5 that waited share one call; different sampling settings get their own
+    assert gen.calls == [["a"], ["b", "c", "d", "e", "f"], ["g"]]
+
+
+def test_our_client_diagnoses_serve_errors(served, monkeypatch):
+    from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec
+
+    monkeypatch.setenv(KEY_VAR, "local-key-not-checked")
+
+    def client(model):
+        spec = RoleSpec("solver", model, served.url, KEY_VAR)
+        return ApiClient({"solver": spec}, keys=KeySource(), policy=RetryPolicy(30, 0, 0.01, 1))
+
+    async def ask(model, **kw):
+        async with client(model) as c:
+            return await c.chat("solver", [{"role": "user", "content": "1+1="}], **kw)
+
+    assert run(ask(MODEL, max_tokens=4)).prompt_tokens == 4
+    with pytest.raises(d.UnknownModelError, match="closest of the 1 listed: ascent:tiny"):
+        run(ask("ascent:tiny2", max_tokens=4))
+    allows = r"max_tokens=1000 .*\(the model allows 256 tokens\)"
+    with pytest.raises(d.MaxTokensError, match=allows):
+        run(ask(MODEL, max_tokens=1000))
+
+
+def test_bad_requests_are_openai_style_errors(served):
+    client = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="'temperature' must be a number in"):
+        chat(client, temperature=5)
+    with pytest.raises(openai.BadRequestError, match="'logprobs' is not supported"):
+        chat(client, logprobs=True)
+    with pytest.raises(openai.NotFoundError, match="this server serves `ascent:tiny`"):
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+
+
+def _save(policy: LocalPolicy, where: Path) -> Path:
+    policy.model.save_pretrained(where)
+    policy.tokenizer.save_pretrained(where)
+    return where
+
+
+def test_run_directory_serves_final_then_best_then_latest(policy, tmp_path):
+    run_dir = tmp_path / "runs" / "my-run"
+    with pytest.raises(AscentError) as err:
+        run_dir.mkdir(parents=True)
+        find_model_dir(run_dir)
+    assert str(err.value) == (
+        f"{run_dir}: no model found: expected a model directory with config.json, or a run "
+        "directory with final/model or checkpoints/*/model (a run saves its model there at its "
+        "checkpoints); check the path"
+    )
+    latest = _save(policy, run_dir / "checkpoints" / "step-000200" / "model")
+    assert find_model_dir(run_dir) == latest
+    final = _save(policy, run_dir / "final" / "model")
+    assert find_model_dir(run_dir) == final
+    assert find_model_dir(final) == final
+    assert find_model_dir(final.parent) == final
+    with pytest.raises(AscentError, match="no such file or directory"):
+        find_model_dir(tmp_path / "nope")
+    served = LocalPolicy.load(str(run_dir), device="cpu")
+    assert served.name == "my-run" and served.source == str(final)
+
+
+def test_ascent_serve_command_on_loopback(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ascent", "serve", MODEL, "--port", "0", "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"serving {MODEL} "), line + proc.stderr.read()
+        url = line.split(" at ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=30)
+        r = chat(client, max_tokens=5)
+        assert r.choices[0].finish_reason in ("stop", "length") and r.usage.prompt_tokens == 6
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
