@@ -177,6 +177,10 @@ def config_show(
 
 def _mount_subapps() -> None:
     """Mount the command groups owned by other packages (kept here so `--help` lists them)."""
+    from ascent.rewards.commands import reward_app, sandbox_app
+
+    app.add_typer(reward_app, name="reward")
+    app.add_typer(sandbox_app, name="sandbox")
 
 
 _mount_subapps()
