@@ -56,17 +56,49 @@ class ModelSection(Section):
     lora: LoraSection = Field(default_factory=LoraSection, description="LoRA adapters.")
 
 
+class ArithmeticSection(Section):
+    """`[data.arithmetic]`: the built-in arithmetic task (`07+45=` -> `52`)."""
+
+    digits: int = Field(2, ge=1, le=6, description="Digits per operand (zero-padded).")
+    operators: list[Literal["+", "-", "*"]] = Field(
+        default_factory=lambda: ["+"], min_length=1, description="Operators drawn from."
+    )
+
+
+class CountdownSection(Section):
+    """`[data.countdown]`: the built-in Countdown task (`use 3 7 8 to make 31:`)."""
+
+    numbers: int = Field(
+        3, ge=2, le=6, description="Numbers per puzzle; each is used exactly once."
+    )
+    max_number: int = Field(25, ge=1, description="Largest number drawn.")
+    max_target: int = Field(100, ge=1, description="Largest target.")
+
+
 class DataSection(Section):
     """`[data]`: the problems a run trains and evaluates on."""
 
-    task: str = Field(
-        "arithmetic", description="Built-in task name (arithmetic, countdown) or a data source."
-    )
+    task: str = Field("arithmetic", description="Built-in task: arithmetic or countdown.")
     train_size: int = Field(
         10000, ge=1, description="Training problems generated for a built-in task."
     )
     eval_size: int = Field(200, ge=1, description="Held-out problems for evaluation.")
     shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
+    arithmetic: ArithmeticSection = Field(
+        default_factory=ArithmeticSection, description="Arithmetic task settings."
+    )
+    countdown: CountdownSection = Field(
+        default_factory=CountdownSection, description="Countdown task settings."
+    )
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        from ascent.data.tasks import TASKS
+
+        if value not in TASKS:
+            raise ValueError(TASKS.unknown_message(value))
+        return value
 
 
 class RolloutSection(Section):

@@ -1,0 +1,38 @@
+"""The unit of data a run trains on: one prompt with what its reward needs to score it."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+EVAL_BUCKETS = 20  # 1 in 20 possible problems belongs to the held-out split
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt and its reference data."""
+
+    key: str  # canonical identity ("07+45"); equal keys are the same problem
+    prompt: str  # the text the policy continues
+    answer: str  # the gold answer (for math rewards and evaluation)
+    # Extra reward columns, passed to reward functions by name (countdown: numbers, target).
+    columns: dict[str, Any] = field(default_factory=dict)
+
+
+def is_held_out(key: str) -> bool:
+    """Whether a problem belongs to the held-out split, decided by its key alone.
+
+    A hash of the key (not the run's seed, not a position in a list) decides, so no seed,
+    size or generation order can ever put an evaluation problem into a training set: a
+    warm-up trained with one seed is evaluated fairly by a run with another.
+    """
+    return zlib.crc32(key.encode()) % EVAL_BUCKETS == 0
+
+
+def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
+    """Column-wise view for `reward(prompts, completions, **columns)`: answer + extra columns."""
+    columns: dict[str, list[Any]] = {"answer": [p.answer for p in problems]}
+    for name in sorted({k for p in problems for k in p.columns}):
+        columns[name] = [p.columns.get(name) for p in problems]
+    return columns

@@ -1,0 +1,24 @@
+"""Models: the policy and reference from any Hugging Face causal LM, and the built-in tiny model."""
+
+from ascent.models.loading import (
+    load_policy,
+    load_reference,
+    load_tokenizer,
+    resolve_dtype,
+    resolve_model_path,
+)
+from ascent.models.tiny import TINY, TINY_ARITHMETIC, build_tiny_model, ensure_tiny
+from ascent.models.tokenizer import build_char_tokenizer
+
+__all__ = [
+    "TINY",
+    "TINY_ARITHMETIC",
+    "build_char_tokenizer",
+    "build_tiny_model",
+    "ensure_tiny",
+    "load_policy",
+    "load_reference",
+    "load_tokenizer",
+    "resolve_dtype",
+    "resolve_model_path",
+]

@@ -1,0 +1,81 @@
+"""Teacher-forced log-probabilities of responses: the forward pass the trainer differentiates.
+
+The completions of one prompt share its tokens, so the prompt is run once per distinct prompt
+and its key/value cache is gathered out to every row that continues it; only the response
+positions are run per row. With a group of 8 completions this removes most of the prompt's
+compute from both the forward and the backward pass. Gradients flow through the gathered
+cache, so the result, and its gradient, equal a plain forward over prompt + response.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ascent.algos import entropy_from_logits, logprobs_from_logits
+from ascent.models.interface import call_with_cache, checkpointing, output_cache, prompt_positions
+from ascent.rollout.batch import RolloutBatch
+
+
+def _shared_prefix_logits(model: nn.Module, batch: RolloutBatch) -> Tensor | None:
+    """(B, R, V) logits at the response positions, running each distinct prompt once."""
+    b, p = batch.prompt_ids.shape
+    r = batch.response_ids.shape[1]
+    keyed = torch.cat([batch.prompt_ids, batch.prompt_mask.long()], dim=-1)
+    unique, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    if p < 2 or unique.shape[0] == b or checkpointing(model):
+        return None
+    u_ids, u_mask = unique[:, : p - 1], unique[:, p : 2 * p - 1]
+    prefix = model(
+        input_ids=u_ids,
+        attention_mask=u_mask,
+        position_ids=prompt_positions(u_mask),
+        use_cache=True,
+    )
+    past = output_cache(prefix)
+    past.batch_select_indices(inverse)  # differentiable gather: gradients reach the prompt
+    suffix = torch.cat([batch.prompt_ids[:, -1:], batch.response_ids[:, :-1]], dim=-1)
+    start = batch.prompt_mask.long().sum(-1, keepdim=True) - 1
+    mask = torch.cat([batch.prompt_mask.long(), batch.prompt_mask.new_ones(b, r - 1)], dim=-1)
+    out = call_with_cache(
+        model,
+        past,
+        input_ids=suffix,
+        attention_mask=mask,
+        position_ids=start + torch.arange(r, device=start.device),
+        use_cache=True,
+    )
+    return out.logits
+
+
+def _full_logits(model: nn.Module, batch: RolloutBatch) -> Tensor:
+    p = batch.prompt_ids.shape[1]
+    ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=-1)
+    mask = torch.cat([batch.prompt_mask.long(), torch.ones_like(batch.response_ids)], dim=-1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=prompt_positions(mask))
+    return out.logits[:, p - 1 : -1]
+
+
+def response_logprobs(
+    model: nn.Module, batch: RolloutBatch, temperature: float = 1.0, *, with_entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """log pi(a_t | prompt, a_<t) at every response position, and optionally the entropy.
+
+    Args:
+        model: a transformers causal LM (optionally peft-wrapped).
+        batch: prompt and response tokens; the masks say which positions count.
+        temperature: logits are divided by it, as when sampling, so the result refers to
+            the same policy as the engine's log-probs.
+        with_entropy: also return the entropy of the next-token distribution.
+
+    Returns:
+        logprobs (B, R) float32, and entropy (B, R) float32 or None; padding positions hold
+        values that the masks exclude.
+    """
+    logits = _shared_prefix_logits(model, batch)
+    if logits is None:
+        logits = _full_logits(model, batch)
+    logits = logits / temperature
+    logp = logprobs_from_logits(logits, batch.response_ids)
+    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
+    return logp, entropy

@@ -1,0 +1,67 @@
+"""The typed rollout batch: what an engine returns and every later stage reads.
+
+B rows (completions), P prompt positions, R response positions. Rows that answer the same
+prompt share a group id; grouping always goes through `group_ids`, never row positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    # (B, P) long: prompt tokens, left-padded with the pad id, so every prompt ends at P - 1.
+    prompt_ids: Tensor
+    # (B, P) long: 1 on prompt tokens, 0 on left padding.
+    prompt_mask: Tensor
+    # (B, R) long: sampled tokens; after a row's EOS, the pad id.
+    response_ids: Tensor
+    # (B, R) float: 1 on tokens the policy chose (its EOS included), 0 on padding after the
+    # end (and, in multi-turn rollouts, on tool / observation tokens the policy did not choose).
+    response_mask: Tensor
+    # (B, R) float: log pi(a_t | s_t) of each sampled token under the sampling policy, i.e.
+    # log_softmax(logits / temperature) before any top-k / top-p truncation; 0 off the mask.
+    logprobs: Tensor
+    # (B,) long: id of the prompt each row answers; equal ids form one GRPO group.
+    group_ids: Tensor
+    # (B,) bool: the row ended with EOS; False when max_new_tokens cut it.
+    finished: Tensor
+
+    def __post_init__(self) -> None:
+        b, r = self.response_ids.shape
+        expected = {
+            "prompt_mask": self.prompt_ids.shape,
+            "response_mask": (b, r),
+            "logprobs": (b, r),
+            "group_ids": (b,),
+            "finished": (b,),
+        }
+        if self.prompt_ids.shape[0] != b:
+            raise ValueError(f"prompt_ids has {self.prompt_ids.shape[0]} rows, expected {b}")
+        for name, shape in expected.items():
+            got = tuple(getattr(self, name).shape)
+            if got != tuple(shape):
+                raise ValueError(f"{name} has shape {got}, expected {tuple(shape)}")
+
+    def __len__(self) -> int:
+        return self.response_ids.shape[0]
+
+    @property
+    def response_lengths(self) -> Tensor:
+        """(B,) long: tokens the policy chose per row."""
+        return self.response_mask.bool().sum(-1)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.response_mask.bool().sum())
+
+    def select(self, rows: Tensor | slice) -> RolloutBatch:
+        """The batch restricted to `rows` (an index tensor or a slice), e.g. a micro-batch."""
+        return RolloutBatch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def to(self, device: torch.device) -> RolloutBatch:
+        return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})

@@ -1,0 +1,71 @@
+"""Choosing the next token: temperature, top-k, top-p, greedy; and its log-probability."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ascent.config.llm import RolloutSection
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0  # logits are divided by it; log-probs refer to the scaled policy
+    top_k: int = 0  # keep the k likeliest tokens (0: off)
+    top_p: float = 1.0  # keep the smallest set with this much probability (1.0: off)
+    greedy: bool = False  # argmax instead of sampling (evaluation)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1, got {self.top_k}, {self.top_p}")
+
+    @classmethod
+    def from_config(cls, cfg: RolloutSection) -> SamplingParams:
+        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
+
+
+def _truncate(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    """Logits with everything outside the top-k / top-p set at -inf (the argmax always stays)."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens strictly likelier than it already reach top_p.
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_next(
+    logits: Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """Pick one token per row and return it with its log-probability.
+
+    Args:
+        logits: (B, V) next-token logits.
+        params: sampling controls.
+        generator: the random stream to draw from (None: torch's global one).
+
+    Returns:
+        tokens (B,) long, and logprobs (B,) float32 = log_softmax(logits / temperature) at
+        the token: the log-probability under the policy the trainer optimises, which is the
+        untruncated one (top-k / top-p only restrict what is drawn).
+    """
+    scaled = logits.float() / params.temperature
+    logp_all = torch.log_softmax(scaled, dim=-1)
+    if params.greedy:
+        tokens = scaled.argmax(-1)
+    else:
+        probs = torch.softmax(_truncate(scaled, params.top_k, params.top_p), dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)

@@ -1,0 +1,54 @@
+"""Temperature, top-k, top-p and greedy choose the tokens they promise, with the right log-prob."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ascent.rollout import SamplingParams, sample_next
+
+LOGITS = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+
+
+def draw(params: SamplingParams, n: int = 4000, logits: torch.Tensor = LOGITS) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    tokens, _ = sample_next(logits.expand(n, -1), params, gen)
+    return torch.bincount(tokens, minlength=logits.shape[-1]).float() / n
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_temperature_frequencies_and_logprobs_follow_softmax_of_scaled_logits(temperature):
+    expected = torch.softmax(LOGITS[0] / temperature, -1)
+    freq = draw(SamplingParams(1, temperature=temperature))
+    assert torch.allclose(freq, expected, atol=0.03)
+    tokens, logp = sample_next(LOGITS.expand(16, -1), SamplingParams(1, temperature), None)
+    assert torch.allclose(logp, expected.log()[tokens], atol=1e-6)
+
+
+def test_top_k_draws_only_the_k_likeliest():
+    freq = draw(SamplingParams(1, top_k=2))
+    assert freq[2:].sum() == 0
+    assert torch.allclose(freq[:2], torch.tensor([0.625, 0.375]), atol=0.03)
+
+
+@pytest.mark.parametrize(("top_p", "kept"), [(0.7, 2), (0.5, 1), (0.81, 3), (1.0, 4)])
+def test_top_p_keeps_the_smallest_set_reaching_p(top_p, kept):
+    freq = draw(SamplingParams(1, top_p=top_p))
+    assert (freq > 0).sum() == kept
+
+
+def test_logprob_refers_to_the_untruncated_policy():
+    _, logp = sample_next(LOGITS.expand(8, -1), SamplingParams(1, top_k=1), None)
+    assert torch.allclose(logp, torch.full((8,), 0.5).log())
+
+
+def test_greedy_is_argmax_and_ignores_the_generator():
+    logits = torch.randn(32, 10)
+    tokens, _ = sample_next(logits, SamplingParams(1, greedy=True), None)
+    assert torch.equal(tokens, logits.argmax(-1))
+
+
+def test_invalid_sampling_params_are_refused():
+    for bad in ({"temperature": 0.0}, {"top_p": 0.0}, {"top_k": -1}, {"max_new_tokens": 0}):
+        with pytest.raises(ValueError):
+            SamplingParams(**{"max_new_tokens": 4, **bad})
