@@ -5,7 +5,8 @@
         ... point base_url at srv.url + "/v1" ...
         assert srv.count("/v1/chat/completions") == 2
 
-A path with no script left answers its `default` (404 unless set). Every request is recorded
+A path with no script left answers its `default` (404 unless set), which may be a function of
+the request (route by model name). Every request is recorded
 (path, headers, body, arrival time) so a test can check retry counts and timing.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -80,7 +82,7 @@ def models_body(*names: str) -> dict[str, Any]:
 class ScriptedServer:
     def __init__(self) -> None:
         self._scripts: dict[str, list[Reply]] = {}
-        self._defaults: dict[str, Reply] = {}
+        self._defaults: dict[str, Reply | Callable[[Seen], Reply]] = {}
         self.seen: list[Seen] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -113,6 +115,8 @@ class ScriptedServer:
                     )
                     queue = server._scripts.get(path)
                     reply = queue.pop(0) if queue else server._defaults.get(path, NOT_FOUND)
+                    if callable(reply):  # a router: the reply depends on the request
+                        reply = reply(server.seen[-1])
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
@@ -158,7 +162,7 @@ class ScriptedServer:
         with self._lock:
             self._scripts[path] = list(replies)
 
-    def default(self, path: str, reply: Reply) -> None:
+    def default(self, path: str, reply: Reply | Callable[[Seen], Reply]) -> None:
         with self._lock:
             self._defaults[path] = reply
 

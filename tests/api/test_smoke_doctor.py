@@ -45,18 +45,28 @@ def test_smoke_prints_one_row_per_role(run_cli, server, tmp_path):
 
 
 def test_smoke_fails_with_the_diagnosis_and_tests_the_fallback(run_cli, server, tmp_path):
-    server.default(CHAT, Reply(404, {"error": {"message": "model not found"}}))
+    def by_model(seen):
+        if seen.body["model"] in ("small", "big"):
+            return ok("fine")
+        return Reply(404, {"error": {"message": "model not found"}})
+
+    server.default(CHAT, by_model)
     server.default("/v1/models", Reply(200, models_body("small", "big")))
-    server.script(CHAT, [ok("fine"), ok("fine")])
     path = config(tmp_path, server.url, '[models.solver]\nfallback = "tiny-typo"\n')
-    code, out, _err = run_cli("smoke", str(path))
+    code, out, err = run_cli("smoke", str(path))
     assert code == 2
     lines = out.splitlines()
     rows = {line.split("  ")[0].strip(): line for line in lines[1:4]}
     assert set(rows) == {"hypothesis", "solver", "solver (fallback)"}
-    assert sum("FAILED" in line for line in rows.values()) == 1  # 2 oks for 3 requests
-    assert "UnknownModelError" in out
-    assert "is not served by" in lines[4] and "fix the name in [models]" in lines[4]
+    assert (
+        "FAILED" in rows["solver (fallback)"] and "UnknownModelError" in rows["solver (fallback)"]
+    )
+    assert "ok" in rows["solver"].split()
+    assert lines[4] == (
+        f"role solver: model 'tiny-typo' is not served by {server.url[7:]}; available: big, "
+        "small; fix the name in [models]"
+    )
+    assert err == "error: smoke failed for 1 of 3: solver (fallback)\n"
 
 
 def test_smoke_without_a_key_names_the_variable_and_sends_nothing(

@@ -1,0 +1,186 @@
+"""The log assistant: every `log_interval` steps, an API role reads the latest metrics and
+answers in three sentences (is the policy improving, is the critic converging, what to change).
+
+It never stops or slows training: `observe` only appends to a short history and, on an
+interval step, hands a copy to a worker thread with its own event loop. While an analysis is
+in flight the next interval is skipped rather than queued; a failure or a timeout is logged
+and recorded, never raised. Answers are printed and appended to `assistant.jsonl` in the run
+directory.
+
+    assistant = LogAssistant.from_config(cfg, run_dir)   # None unless [assistant] enabled
+    for step in ...:
+        metrics = train_step()
+        if assistant: assistant.observe(step, metrics)
+    if assistant: assistant.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ascent.api.client import ApiClient
+from ascent.config.api import AssistantSection
+from ascent.errors import ConfigError
+
+log = logging.getLogger("ascent.api.assistant")
+
+ASSISTANT_FILE = "assistant.jsonl"
+SYSTEM_PROMPT = (
+    "You read reinforcement-learning training metrics for the engineer running the job. "
+    "Answer in exactly three sentences, no lists: (1) whether the policy is improving, judged "
+    "from reward and its trend; (2) whether the critic is converging, judged from value loss "
+    "and explained variance, or that there is no critic in this run; (3) the single change to "
+    "try next, with a concrete value."
+)
+
+
+def _fmt(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if math.isfinite(value) else str(value)
+    return value
+
+
+def metrics_prompt(history: list[tuple[int, dict[str, Any]]]) -> str:
+    """The user message: one JSON object per logged step, oldest first."""
+    lines = [
+        json.dumps({"step": step, **{k: _fmt(v) for k, v in m.items()}}) for step, m in history
+    ]
+    return f"Metrics of the last {len(history)} logged steps, oldest first:\n" + "\n".join(lines)
+
+
+def check_assistant(section: AssistantSection, roles: Mapping[str, Any]) -> None:
+    """Refuse an enabled assistant whose role has no model."""
+    if section.enabled and section.role not in roles:
+        raise ConfigError(
+            f"[assistant] role {section.role!r} has no model; add {section.role}_model = "
+            f'"name" to [models] or set [assistant] enabled = false'
+        )
+
+
+class LogAssistant:
+    def __init__(
+        self,
+        section: AssistantSection,
+        make_client: Callable[[], ApiClient],
+        run_dir: str | Path | None = None,
+        echo: Callable[[str], None] | None = None,
+    ) -> None:
+        self.section = section
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.echo = echo or (lambda text: print(text, flush=True))
+        self.analyses: list[dict[str, Any]] = []  # {"step", "text"} or {"step", "error"}
+        self.skipped: list[int] = []  # interval steps dropped because one was in flight
+        self._history: deque[tuple[int, dict[str, Any]]] = deque(maxlen=section.history)
+        self._make_client = make_client
+        self._jobs: queue.Queue[tuple[int, list[tuple[int, dict[str, Any]]]] | None] = queue.Queue(
+            maxsize=1
+        )
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="ascent-assistant", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(
+        cls, cfg: Any, run_dir: str | Path | None = None, echo: Callable[[str], None] | None = None
+    ) -> LogAssistant | None:
+        """The assistant of an LLM config, or None when `[assistant] enabled` is false."""
+        section: AssistantSection = cfg.assistant
+        if not section.enabled:
+            return None
+        client = ApiClient.from_config(cfg)
+        check_assistant(section, client.roles)
+        role = client.roles[section.role]
+
+        def make_client() -> ApiClient:
+            return ApiClient(
+                {section.role: role}, keys=client.keys, policy=client.policy, concurrency=1
+            )
+
+        return cls(section, make_client, run_dir, echo)
+
+    def observe(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Record one step's metrics; on an interval step, start an analysis if none is running."""
+        self._history.append((step, dict(metrics)))
+        if step % self.section.log_interval:
+            return
+        if self._busy.is_set():
+            self.skipped.append(step)
+            log.info("assistant: still analysing; skipped step %d", step)
+            return
+        self._busy.set()
+        self._jobs.put_nowait((step, list(self._history)))
+
+    def close(self, timeout: float = 0.0) -> None:
+        """Stop the worker; wait at most `timeout` seconds for an analysis in flight."""
+        with contextlib.suppress(queue.Full):  # full only for the instant before a job is taken
+            self._jobs.put(None, timeout=1.0)
+        self._thread.join(timeout)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no analysis is in flight (for tests and the end of a run)."""
+        end = time.monotonic() + timeout
+        while self._busy.is_set() and time.monotonic() < end:
+            time.sleep(0.01)
+        return not self._busy.is_set()
+
+    # -- worker thread ------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        loop = asyncio.new_event_loop()
+        client: ApiClient | None = None
+        try:
+            while (job := self._jobs.get()) is not None:
+                step, history = job
+                try:
+                    if client is None:
+                        client = self._make_client()
+                    text = loop.run_until_complete(self._ask(client, history))
+                    self._record({"step": step, "text": text})
+                    self.echo(f"assistant (step {step}): {text}")
+                except Exception as err:  # never reaches training
+                    reason = (
+                        f"no answer within {self.section.timeout_sec:g} s"
+                        if isinstance(err, asyncio.TimeoutError)
+                        else str(err) or type(err).__name__
+                    )
+                    log.warning("assistant (step %d) failed: %s", step, reason)
+                    self._record({"step": step, "error": reason})
+                finally:
+                    self._busy.clear()
+        finally:
+            if client is not None:
+                loop.run_until_complete(client.aclose())
+            loop.close()
+
+    async def _ask(self, client: ApiClient, history: list[tuple[int, dict[str, Any]]]) -> str:
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": metrics_prompt(history)},
+        ]
+        result = await asyncio.wait_for(
+            client.chat(self.section.role, messages, max_tokens=self.section.max_tokens),
+            timeout=self.section.timeout_sec,
+        )
+        return " ".join(result.text.split())
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        self.analyses.append(entry)
+        if self.run_dir is None:
+            return
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.run_dir / ASSISTANT_FILE, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+        except OSError as err:
+            log.warning("assistant: could not write %s: %s", ASSISTANT_FILE, err)

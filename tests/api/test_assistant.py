@@ -1,0 +1,100 @@
+"""The log assistant: three sentences every log_interval steps, never in training's way."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec
+from ascent.api.assistant import SYSTEM_PROMPT, LogAssistant
+from ascent.config import load_config
+from ascent.config.api import AssistantSection
+from ascent.errors import ConfigError
+from tests.api.conftest import KEY, KEY_VAR, leaks
+from tests.api.scripted_server import Reply, chat_body, ok
+
+CHAT = "/v1/chat/completions"
+ANSWER = (
+    "The policy is improving: reward rose from 0.1 to 0.4. There is no critic in this run. "
+    "Keep lr at 1e-6 and raise kl_coef to 0.01 if kl passes 1.0."
+)
+
+
+def assistant(server, tmp_path, echo, **section) -> LogAssistant:
+    spec = RoleSpec("analyst", "judge", f"{server.url}/v1", KEY_VAR)
+    cfg = AssistantSection(enabled=True, **{"log_interval": 5, "history": 3, **section})
+
+    def make_client():
+        return ApiClient({"analyst": spec}, keys=KeySource(), policy=RetryPolicy(5, 0, 0.01, 1))
+
+    return LogAssistant(cfg, make_client, tmp_path, echo)
+
+
+def metrics(step):
+    return {"reward": 0.1 * step, "kl": 0.001 * step, "value_loss": float("nan")}
+
+
+def test_every_interval_the_role_answers_and_it_is_printed_and_saved(server, tmp_path):
+    server.default(CHAT, ok(ANSWER + "\n"))
+    printed = []
+    a = assistant(server, tmp_path, printed.append)
+    for step in range(1, 11):
+        a.observe(step, metrics(step))
+        if step % 5 == 0:
+            assert a.wait_idle(5)
+    a.close(timeout=5)
+    assert server.count(CHAT) == 2
+    body = server.requests(CHAT)[1].body
+    assert body["model"] == "judge" and body["max_tokens"] == 200
+    assert body["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    user = body["messages"][1]["content"].splitlines()
+    assert user[0] == "Metrics of the last 3 logged steps, oldest first:"
+    assert json.loads(user[1]) == {"step": 8, "reward": 0.8, "kl": 0.008, "value_loss": "nan"}
+    assert printed == [f"assistant (step 5): {ANSWER}", f"assistant (step 10): {ANSWER}"]
+    saved = [json.loads(x) for x in (tmp_path / "assistant.jsonl").read_text().splitlines()]
+    assert saved == [{"step": 5, "text": ANSWER}, {"step": 10, "text": ANSWER}]
+
+
+def test_a_slow_endpoint_never_slows_training_and_the_timeout_is_logged(server, tmp_path, caplog):
+    server.default(CHAT, Reply(200, chat_body(ANSWER), delay=1.5))
+    a = assistant(server, tmp_path, print, timeout_sec=0.3, log_interval=1)
+    worst = 0.0
+    for step in range(1, 31):
+        start = time.monotonic()
+        a.observe(step, metrics(step))
+        worst = max(worst, time.monotonic() - start)
+        time.sleep(0.01)
+    assert worst < 0.05  # observe only hands over a copy
+    assert a.skipped  # interval steps while one was in flight were dropped, not queued
+    assert a.wait_idle(3)
+    a.close(timeout=3)
+    assert {"step": 1, "error": "no answer within 0.3 s"} in a.analyses
+    assert "assistant (step 1) failed: no answer within 0.3 s" in caplog.text
+
+
+def test_an_endpoint_error_is_logged_in_one_line_without_the_key(server, tmp_path, caplog):
+    server.default(CHAT, Reply(401, {"error": {"message": f"invalid key {KEY}"}}))
+    a = assistant(server, tmp_path, print)
+    a.observe(5, metrics(5))
+    assert a.wait_idle(5)
+    a.close(timeout=5)
+    (entry,) = a.analyses
+    assert "401 Unauthorized: the key in ASCENT_TEST_API_KEY was refused" in entry["error"]
+    text = caplog.text + (tmp_path / "assistant.jsonl").read_text()
+    assert not leaks(text)
+
+
+def test_from_config_is_none_when_disabled_and_refuses_a_role_without_model(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("[models]\nsolver_model = 'm'\n")
+    assert LogAssistant.from_config(load_config(path)) is None
+    with pytest.raises(
+        ConfigError, match=r"\[assistant\] role 'analyst' has no model; add analyst_model"
+    ):
+        LogAssistant.from_config(load_config(path, ["assistant.enabled=true"]))
+    path.write_text("[models]\nanalyst_model = 'm'\n[assistant]\nenabled = true\n")
+    a = LogAssistant.from_config(load_config(path), tmp_path)
+    assert a is not None
+    a.close(timeout=2)
