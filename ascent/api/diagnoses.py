@@ -258,6 +258,12 @@ async def _diagnose_status(
 ) -> ApiError:
     status = exc.status_code
     said = server_text(exc, ctx.secrets)
+    if status in (401, 403) and not ctx.key_var:
+        return AuthError(
+            f"{where}: {status}: this endpoint wants a key but api_key_env is empty; set "
+            "[api] api_key_env (or the role's) to the NAME of the variable holding the key",
+            attempts=attempts,
+        )
     if status in (401, 403):
         return AuthError(
             f"{where}: {status} {'Unauthorized' if status == 401 else 'Forbidden'}: the key in "

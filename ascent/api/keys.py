@@ -21,6 +21,7 @@ from ascent.config.api import ENV_NAME, mask_secret
 
 __all__ = ["KeySource", "Secret", "mask_secret", "redact"]
 
+NO_KEY = "no-key"  # sent to endpoints configured with api_key_env = ""
 KEY_PREFIX = re.compile(
     r"^(?:sk|pk|rk|gsk|hf|fw|key)[-_][A-Za-z0-9_\-*.]{6,}|^AIza[A-Za-z0-9_\-]{20,}"
 )
@@ -126,7 +127,12 @@ class KeySource:
         return self.dotenv.get(var)
 
     def require(self, var: str, role: str) -> Secret:
-        """The key in `var`, or a diagnosis naming the variable and how to set it."""
+        """The key in `var`, or a diagnosis naming the variable and how to set it.
+
+        An empty `var` (api_key_env = "") is an endpoint without keys: a placeholder is sent.
+        """
+        if not var:
+            return Secret(NO_KEY)
         value = self.lookup(var)
         env_hint = f" or add {var}=... to {self.dotenv_path}" if self.dotenv_path else ""
         if value is None:

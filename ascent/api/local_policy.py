@@ -53,6 +53,24 @@ def find_model_dir(target: str | Path) -> Path:
     )
 
 
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model")
+
+
+def run_tokenizer(model_dir: Path) -> str | None:
+    """Where the tokenizer is when a checkpoint saved only the weights: the run's [model]."""
+    if any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    for parent in list(model_dir.resolve().parents)[:3]:
+        config = parent / "config.toml"
+        if config.is_file():
+            from ascent.config import load_config
+
+            model = getattr(load_config(config), "model", None)
+            if model is not None:
+                return model.tokenizer or model.name_or_path
+    return None
+
+
 class LocalPolicy:
     """A `Generator` (see ascent.api.server) over a transformers causal LM."""
 
@@ -77,6 +95,7 @@ class LocalPolicy:
         from ascent.config.llm import ModelSection
         from ascent.models import load_reference, load_tokenizer
 
+        tokenizer_source = None
         if target.startswith(BUILTIN_PREFIX):
             source, default_name = target, target
         else:
@@ -84,9 +103,10 @@ class LocalPolicy:
             source = str(model_dir)
             run = Path(target).resolve()
             default_name = run.name if run != model_dir.resolve() else model_dir.resolve().name
+            tokenizer_source = run_tokenizer(model_dir)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        cfg = ModelSection(name_or_path=source)
+        cfg = ModelSection(name_or_path=source, tokenizer=tokenizer_source)
         tokenizer = load_tokenizer(cfg)
         model = load_reference(cfg, torch.device(device))
         return cls(model, tokenizer, name or default_name, source)

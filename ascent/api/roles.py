@@ -61,7 +61,7 @@ def resolve_roles(api: ApiSection, models: ModelsSection) -> dict[str, RoleSpec]
             role=role,
             model=model,
             base_url=normalize_base_url(table.base_url or api.base_url),
-            api_key_env=table.api_key_env or api.api_key_env,
+            api_key_env=api.api_key_env if table.api_key_env is None else table.api_key_env,
             fallback=fallback if fallback != model else None,
         )
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -74,6 +75,15 @@ class UsageLedger:
             role: {**asdict(u), "total_tokens": u.total_tokens}
             for role, u in self.snapshot().items()
         }
+
+    def finish(self, run_dir: str | Path | None, echo: Callable[[str], None] = print) -> None:
+        """End of a run: print one line per role and write `api_usage.json` (if anything ran)."""
+        if not self._roles:
+            return
+        for line in self.summary_lines():
+            echo(f"api usage: {line}")
+        if run_dir is not None:
+            self.write(run_dir)
 
     def write(self, run_dir: str | Path) -> Path:
         """Write `api_usage.json` into the run directory and return its path."""

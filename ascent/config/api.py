@@ -49,7 +49,12 @@ def looks_like_key(text: str) -> bool:
 
 
 def check_key_env_name(value: str, where: str) -> str:
-    """Validate an `api_key_env` value: the name of a variable, never the key itself."""
+    """Validate an `api_key_env` value: the name of a variable, never the key itself.
+
+    An empty value means the endpoint takes no key (a local `ascent serve` or vLLM).
+    """
+    if value == "":
+        return value
     if looks_like_key(value):
         raise ValueError(
             f"{where} api_key_env holds what looks like an API key ({mask_secret(value)}), not a "
@@ -103,7 +108,7 @@ class ApiSection(Section):
     )
     api_key_env: str = Field(
         "OPENAI_API_KEY",
-        description="NAME of the environment variable (or .env entry) that holds the key.",
+        description="NAME of the variable (or .env entry) holding the key; '' = no key needed.",
     )
     env_file: str = Field(
         ".env",

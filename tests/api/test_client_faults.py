@@ -296,3 +296,22 @@ def test_usage_is_counted_per_role_and_written(server, tmp_path):
     assert client.usage.summary_lines()[0].startswith(
         "solver: 2 requests, 22 prompt + 6 completion"
     )
+
+
+def test_401_from_an_endpoint_configured_without_key(server):
+    server.default(CHAT, Reply(401, None))
+    with pytest.raises(d.AuthError, match="this endpoint wants a key but api_key_env is empty"):
+        run(chat_once(make_client(server.url, key_var="")))
+    assert server.requests(CHAT)[0].headers["authorization"] == "Bearer no-key"
+
+
+def test_usage_finish_prints_and_writes_at_the_end_of_a_run(server, tmp_path):
+    server.default(CHAT, ok("x", prompt_tokens=5, completion_tokens=2))
+    client = make_client(server.url)
+    printed: list[str] = []
+    client.usage.finish(tmp_path / "run", printed.append)
+    assert printed == []  # nothing ran: nothing to say
+    run(chat_once(client))
+    client.usage.finish(tmp_path / "run", printed.append)
+    assert printed[0].startswith("api usage: solver: 1 requests, 5 prompt + 2 completion tokens")
+    assert (tmp_path / "run" / "api_usage.json").is_file()

@@ -216,3 +216,11 @@ def test_assistant_section_defaults_and_role_name(tmp_path):
     assert (cfg.assistant.role, cfg.assistant.log_interval) == ("analyst", 50)
     with pytest.raises(ConfigError, match="is not a role name"):
         load_config(write(tmp_path, "[assistant]\nrole = 'Log Analyst'\n"))
+
+
+def test_empty_api_key_env_means_an_endpoint_without_keys(tmp_path):
+    path = write(tmp_path, '[api]\napi_key_env = ""\n[models]\nsolver_model = "m"\n')
+    cfg = load_config(path)
+    roles = resolve_roles(cfg.api, cfg.models)
+    assert roles["solver"].api_key_env == ""
+    assert KeySource().require("", "solver").reveal() == "no-key"

@@ -219,3 +219,12 @@ def test_ascent_serve_command_on_loopback(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
+
+
+def test_a_checkpoint_without_tokenizer_files_uses_the_runs_tokenizer(policy, tmp_path):
+    run_dir = tmp_path / "run"
+    weights = run_dir / "checkpoints" / "step-000010" / "model"
+    policy.model.save_pretrained(weights)
+    (run_dir / "config.toml").write_text(f'[model]\nname_or_path = "{MODEL}"\n')
+    served = LocalPolicy.load(str(run_dir), device="cpu")
+    assert served.count_tokens("12+34=") == 6
