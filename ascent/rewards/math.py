@@ -139,6 +139,8 @@ def compare_numbers(gold: str, prediction: str) -> str | None:
 class _VerifierProcess:
     """One `python -m ascent.rewards.math_worker` process."""
 
+    args: tuple[str, ...] = ("-m", "ascent.rewards.math_worker")
+
     def __init__(self) -> None:
         self._proc: subprocess.Popen[str] | None = None
 
@@ -161,7 +163,7 @@ class _VerifierProcess:
         if self._proc is not None and self._proc.poll() is None:
             return
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "ascent.rewards.math_worker"],
+            [sys.executable, *self.args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
