@@ -317,7 +317,7 @@ async def _diagnose_404(ctx: CallContext, where: str, said: str, attempts: int, 
                 attempts=attempts,
             )
         return unknown_model(ctx, available, attempts)
-    if "model" in said.lower() and available is None and "not found" in said.lower():
+    if "model" in said.lower() and not available and "not found" in said.lower():
         return UnknownModelError(
             f"{where}: the endpoint does not know model {ctx.model!r} ({said}); check the "
             "model name in [models] (the endpoint does not list its models)",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ascent.api.server import Generation, GenParams
+from ascent.api.batching import Generation, GenParams
 from ascent.errors import AscentError
 
 BUILTIN_PREFIX = "ascent:"

@@ -1,0 +1,141 @@
+"""The OpenAI wire format as `ascent serve` speaks it: request checks, responses, SSE chunks.
+
+Refused requests become OpenAI-style error objects (`{"error": {"message", "type", "param",
+"code"}}`), with the same wording as OpenAI for an over-long request, so clients (and
+`ascent.api.diagnoses`) recognise them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from ascent.api.batching import Generation, GenParams
+
+
+class RequestError(Exception):
+    """A request the server refuses, answered as an OpenAI-style error object."""
+
+    def __init__(
+        self, status: int, message: str, code: str | None = None, param: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.code, self.param = status, code, param
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {
+            "error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}
+        }
+
+
+UNSUPPORTED = ("logprobs", "top_logprobs", "tools", "functions", "response_format", "echo")
+
+
+def check_supported(body: dict[str, Any]) -> None:
+    for key in UNSUPPORTED:
+        if body.get(key) not in (None, False, [], 0):
+            raise RequestError(400, f"'{key}' is not supported by ascent serve", param=key)
+
+
+def sampling_params(body: dict[str, Any], prompt_tokens: int, limit: int | None) -> GenParams:
+    """The request's sampling settings, refused with OpenAI's wording when they cannot work."""
+    room = None if limit is None else limit - prompt_tokens
+    if room is not None and room < 1:
+        raise RequestError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, your messages "
+            f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages.",
+            code="context_length_exceeded",
+            param="messages",
+        )
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = int_param(body, key, room if room is not None else 256, low=1)
+    if room is not None and max_tokens > room:
+        raise RequestError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+            f"{max_tokens} in the completion). Please reduce the length of the messages or "
+            "completion.",
+            code="context_length_exceeded",
+            param=key,
+        )
+    temperature = num_param(body, "temperature", 1.0, low=0.0, high=2.0)
+    top_p = num_param(body, "top_p", 1.0, low=0.0, high=1.0)
+    if top_p == 0:
+        raise RequestError(400, "'top_p' must be in (0, 1]", param="top_p")
+    stop = body.get("stop") or ()
+    stop = (stop,) if isinstance(stop, str) else tuple(stop)
+    if not all(isinstance(s, str) and s for s in stop):
+        raise RequestError(400, "'stop' must be a string or a list of strings", param="stop")
+    return GenParams(max_tokens, temperature, top_p, stop)
+
+
+def int_param(body: dict[str, Any], key: str, default: int, low: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise RequestError(400, f"'{key}' must be an integer >= {low}", param=key)
+    return value
+
+
+def num_param(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+        raise RequestError(400, f"'{key}' must be a number in [{low:g}, {high:g}]", param=key)
+    return float(value)
+
+
+def completion_response(model: str, outs: list[Generation], chat: bool) -> dict[str, Any]:
+    prompt_tokens = outs[0].prompt_tokens
+    completion_tokens = sum(o.completion_tokens for o in outs)
+    if chat:
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": o.text},
+                "finish_reason": o.finish_reason,
+                "logprobs": None,
+            }
+            for i, o in enumerate(outs)
+        ]
+    else:
+        choices = [
+            {"index": i, "text": o.text, "finish_reason": o.finish_reason, "logprobs": None}
+            for i, o in enumerate(outs)
+        ]
+    return {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def stream_events(response: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
+    """The whole answer as SSE chunks: content in one chunk, then the finish reason."""
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    base = {k: response[k] for k in ("id", "created", "model")} | {"object": obj}
+    events = []
+    for choice in response["choices"]:
+        i = choice["index"]
+        if chat:
+            delta = {"role": "assistant", "content": choice["message"]["content"]}
+            events.append(base | {"choices": [{"index": i, "delta": delta, "finish_reason": None}]})
+            done = {"index": i, "delta": {}, "finish_reason": choice["finish_reason"]}
+        else:
+            done = {"index": i, "text": choice["text"], "finish_reason": choice["finish_reason"]}
+        events.append(base | {"choices": [done]})
+    events[-1] = events[-1] | {"usage": response["usage"]}
+    return events
