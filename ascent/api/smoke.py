@@ -36,8 +36,9 @@ async def smoke_client(client: ApiClient, max_tokens: int = 16) -> list[SmokeRow
         spec = client.spec(role)
         host = spec.base_url.split("//", 1)[-1].split("/", 1)[0]
         try:
+            # no temperature: reasoning models refuse any value but their default
             result = await client.chat(
-                role, [{"role": "user", "content": PROMPT}], max_tokens=max_tokens, temperature=0
+                role, [{"role": "user", "content": PROMPT}], max_tokens=max_tokens
             )
         except ApiError as err:
             return SmokeRow(role, spec.model, host, False, None, type(err).__name__, err)
