@@ -33,6 +33,13 @@ START_TIMEOUT_S = 30.0
 HOST_GRACE_S = 10.0
 
 
+_COMPILE_FAILURES = {
+    "timeout": "compilation ran past compile_time_limit_ms",
+    "memory_limit": "compilation ran out of compile_memory_mb",
+    "output_limit": "the compiled program is larger than compile_memory_mb",
+}
+
+
 class WorkerDied(RuntimeError):
     """The zygote crashed or stopped answering; the worker restarts on the next request."""
 
@@ -121,7 +128,9 @@ class Worker:
             request["flags"] = list(self.cfg.cpp_flags)
         result = self._run_request(request, limits)
         if result.status not in ("ok", "sandbox_error"):
-            result.detail = f"{result.status}: {result.detail}".rstrip(": ")
+            result.detail = _COMPILE_FAILURES.get(result.status, "compilation failed")
+            if result.exit_code:
+                result.detail += f" (exit code {result.exit_code})"
             result.status = "compile_error"
         return Program(job, language, result)
 
@@ -203,10 +212,10 @@ class Worker:
     def _receive(self, timeout: float) -> dict[str, Any]:
         assert self._proc is not None and self._proc.stdout is not None
         deadline = time.monotonic() + timeout
-        head = self._read(4, deadline)
-        return json.loads(self._read(struct.unpack(">I", head)[0], deadline))
+        head = self._read(4, deadline, timeout)
+        return json.loads(self._read(struct.unpack(">I", head)[0], deadline, timeout))
 
-    def _read(self, n: int, deadline: float) -> bytes:
+    def _read(self, n: int, deadline: float, timeout: float) -> bytes:
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         chunks: list[bytes] = []
@@ -214,7 +223,7 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 self.stop()
-                raise WorkerDied(f"no answer within {left:.0f} s")
+                raise WorkerDied(f"the sandbox did not answer within {timeout:.0f} s")
             chunk = os.read(fd, min(n, 1 << 20))
             if not chunk:
                 raise WorkerDied(self._death_note())
@@ -224,7 +233,11 @@ class Worker:
 
     def _death_note(self) -> str:
         assert self._proc is not None
-        self._proc.wait()
+        try:
+            self._proc.wait(timeout=HOST_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return "the sandbox stopped answering"
         err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
         last = (err.strip().splitlines() or ["no message"])[-1]
         return f"the sandbox exited with code {self._proc.returncode}: {last}"

@@ -9,6 +9,11 @@ warm interpreter (no interpreter start-up), anything else is exec'd. The zygote 
 wall-clock limit and, once the run ends, kills every process the run left behind before
 answering, so nothing survives a run.
 
+Prepared programs live in the zygote's memory, out of the runs' reach: a Python program as a
+code object, a compiled binary as a sealed memfd (exec'd by descriptor). Runs cannot alter
+them even where they share the zygote's uid (bubblewrap as a normal user); there the zygote
+also sweeps /tmp after each run, so one run leaves nothing for the next.
+
 Standard library only: it runs under `python -I -S` with no access to the ascent package.
 Requests: {"op": "prepare" | "run" | "drop", ...}; see `handle`.
 """
@@ -26,7 +31,6 @@ import math
 import os
 import resource
 import select
-import shutil
 import signal
 import struct
 import sys
@@ -51,10 +55,9 @@ class Zygote:
         self.jobs = {}
         self.scratch = os.path.join(root, "run")  # each run's private directory, made afresh
         self.io = os.path.join(root, "io")
-        self.jobdir = os.path.join(root, "jobs")
-        for path, mode in ((root, 0o711), (self.io, 0o700), (self.jobdir, 0o711)):
-            os.makedirs(path, exist_ok=True)
-            os.chmod(path, mode)
+        # Runs that share our uid could write anywhere in /tmp: clean up after each.
+        self.sweeps = uid < 0 and self.is_init
+        self.make_dirs()
         libc = ctypes.CDLL(None, use_errno=True)
         self.prctl = libc.prctl
         # Runs must not read or trace this process (matters when they share its uid).
@@ -81,50 +84,57 @@ class Zygote:
         if op == "run":
             return self.run(req)
         if op == "drop":
-            shutil.rmtree(self.jobs.pop(req["job"])["dir"], ignore_errors=True)
+            job = self.jobs.pop(req["job"], {})  # a program that failed to compile has none
+            if "fd" in job:
+                os.close(job["fd"])
             return {"ok": True}
         if op == "ping":
             return {"ok": True, "pid": os.getpid(), "python": sys.version.split()[0]}
         return {"error": f"unknown op {op!r}"}
 
     def prepare(self, req):
-        """Store a program; Python is syntax-checked, C++ compiled, both inside a limited run."""
-        job, language = req["job"], req["language"]
-        jdir = os.path.join(self.jobdir, job)
-        os.mkdir(jdir, 0o711)
-        source = "main.py" if language == "python" else "main.cpp"
-        path = os.path.join(jdir, source)
-        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
-            f.write(req["code"])
-        os.chmod(path, 0o600)
-        self.jobs[job] = {"dir": jdir, "language": language, "path": path}
+        """Check (Python) or compile (C++) a program in a limited run, then keep it in memory."""
+        job, language, code = req["job"], req["language"], req["code"]
+        source = code.encode("utf-8", "surrogatepass")
         if language == "python":
-            result = self.execute(("check", path), req["limits"], "", {}, None)
+            result = self.execute(("check", source, None), req["limits"], "", {}, None)
             if result["exit_code"] == 0:  # it compiled within the limits: safe to compile here
-                with open(path, "rb") as f:
-                    self.jobs[job]["code"] = compile(f.read(), "main.py", "exec", dont_inherit=True)
-        else:
-            files = {"main.cpp": req["code"]}
-            argv = [req["compiler"], *req["flags"], "-o", "main", "main.cpp"]
-            result = self.execute(("exec", argv), req["limits"], "", files, None, keep="main")
-            binary = result.pop("kept", None)
-            if binary is not None:
-                target = os.path.join(jdir, "main")
-                shutil.move(binary, target)
-                os.chown(target, os.getuid(), os.getgid())
-                os.chmod(target, 0o755)
-                self.jobs[job]["path"] = target
+                program = compile(source, "main.py", "exec", dont_inherit=True)
+                self.jobs[job] = {"language": language, "code": program}
+            return result
+        argv = [req["compiler"], *req["flags"], "-o", "main", "main.cpp"]
+        what = ("exec", req["compiler"], argv)
+        result = self.execute(what, req["limits"], "", {"main.cpp": code}, None, keep="main")
+        binary = result.pop("kept", None)
+        if binary is not None and result["exit_code"] == 0:
+            self.jobs[job] = {"language": language, "fd": sealed_memfd(binary)}
         return result
 
     def run(self, req):
         job = self.jobs[req["job"]]
+        args = req.get("args", [])
         if job["language"] == "python":
-            what = ("python", job["code"], req.get("args", []))
+            what = ("python", job["code"], args)
         else:
-            what = ("exec", [job["path"], *req.get("args", [])])
+            what = ("exec", job["fd"], ["main", *args])
         return self.execute(
             what, req["limits"], req.get("stdin", ""), req.get("files", {}), req.get("harness")
         )
+
+    def make_dirs(self):
+        for path, mode in ((self.root, 0o711), (self.io, 0o700)):
+            if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
+                remove(path)
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, mode)
+
+    def sweep(self):
+        """Remove whatever a run wrote outside its own directory (runs share our uid here)."""
+        for parent, keep in (("/tmp", self.root), (self.root, self.io)):
+            for name in os.listdir(parent):
+                if os.path.join(parent, name) != keep:
+                    remove(os.path.join(parent, name))
+        self.make_dirs()
 
     # -- one run ----------------------------------------------------------------------------
 
@@ -173,11 +183,12 @@ class Zygote:
         result["stderr"], result["stderr_bytes"] = read_text(paths["err"], STDERR_KEEP)
         if harness is not None:
             result["verdict"] = read_text(paths["verdict"], 4096, head=True)[0]
-        if keep is not None and os.path.isfile(os.path.join(scratch, keep)):
-            kept = os.path.join(self.io, keep)
-            shutil.move(os.path.join(scratch, keep), kept)
-            result["kept"] = kept
-        shutil.rmtree(scratch, ignore_errors=True)
+        if keep is not None:
+            with contextlib.suppress(OSError), open(os.path.join(scratch, keep), "rb") as f:
+                result["kept"] = f.read()
+        remove(scratch)
+        if self.sweeps:
+            self.sweep()
         return result
 
     def wait_exit(self, pid, seconds):
@@ -263,10 +274,6 @@ class Zygote:
             status_w = fcntl.fcntl(status_w, fcntl.F_DUPFD_CLOEXEC, 100)  # clear of fds 0-3
             os.setsid()
             redirect(paths, harness is not None)
-            source = None
-            if what[0] == "check":
-                with open(what[1], "rb") as f:
-                    source = f.read()
             set_limits(limits)
             if self.uid >= 0:
                 os.setgroups([])
@@ -275,9 +282,12 @@ class Zygote:
             self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             os.chdir(scratch)
             os.umask(0o077)
-            keep = 4 if harness is not None else 3
-            os.closerange(keep, status_w)
-            os.closerange(status_w + 1, 1 << 16)
+            keep = {0, 1, 2, status_w}
+            if harness is not None:
+                keep.add(VERDICT_FD)
+            if isinstance(what[1], int):
+                keep.add(what[1])  # the memfd to exec
+            close_fds_except(keep)
         except BaseException:
             os.write(status_w, b"setup: " + traceback.format_exc().encode())
             return 127
@@ -286,14 +296,14 @@ class Zygote:
                 signal.signal(sig, signal.SIG_DFL)
             os.write(status_w, b"R")
             try:
-                os.execve(what[1][0], what[1], self.env)
+                os.execve(what[1], what[2], self.env)
             except OSError as err:
-                os.write(status_w, f"E{err.errno} {err.strerror}: {what[1][0]}".encode())
+                os.write(status_w, f"E{err.errno} {err.strerror}: {what[2][0]}".encode())
             return 127
         os.write(status_w, b"R")
         os.close(status_w)
         if what[0] == "check":
-            return check_syntax(source, what[1])
+            return check_syntax(what[1])
         return run_python(what[1], what[2], harness)
 
 
@@ -345,9 +355,9 @@ def install_stdio():
     )
 
 
-def check_syntax(source, path):
+def check_syntax(source):
     try:
-        compile(source, os.path.basename(path), "exec", dont_inherit=True)
+        compile(source, "main.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
         traceback.print_exc(limit=0)
         sys.stderr.flush()
@@ -432,6 +442,38 @@ def check_function(namespace, harness):
     exec(test_code, namespace)
     namespace["check"](candidate)
     os.write(VERDICT_FD, f"pass {nonce}".encode())
+
+
+def sealed_memfd(data):
+    """An in-memory executable nobody can modify: the compiled program, kept by the zygote."""
+    fd = os.memfd_create("main", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    write_all(fd, data)
+    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def close_fds_except(keep):
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
+
+
+def remove(path):
+    """Delete a file or a directory tree, whatever modes a run gave it."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            for name in os.listdir(path):
+                remove(os.path.join(path, name))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def own_children():
