@@ -155,6 +155,11 @@ def test_reward_values_and_details_follow_the_config():
     assert scored.details[0]["extracted"] == "4" and scored.details[0]["gold"] == "4"
 
 
+def test_conversational_completions_use_the_last_message(reward):
+    chat = [{"role": "assistant", "content": "Let me think. \\boxed{12}"}]
+    assert reward([[{"role": "user", "content": "q"}]], [chat], answer=["12"]) == [1.0]
+
+
 def test_missing_answer_counts_as_wrong_by_default(reward):
     assert reward([""], ["I give up"], answer=["7"]) == [-1.0]
 

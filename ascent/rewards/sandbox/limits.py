@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ascent.config.rewards import SandboxSection
@@ -69,9 +69,6 @@ class Limits:
             open_files=cfg.max_open_files,
             output_kb=cfg.compile_memory_mb * 1024,
         )
-
-    def with_time(self, time_limit_ms: int, wall_factor: float) -> Limits:
-        return replace(self, cpu_ms=time_limit_ms, wall_ms=round(time_limit_ms * wall_factor))
 
     def wire(self) -> dict[str, int]:
         """The form the zygote reads."""
