@@ -124,7 +124,8 @@ class SandboxSection(Section):
 
     unsafe_local: bool = Field(
         False,
-        description="Run programs without isolation (only rlimits): for trusted code only.",
+        description="Run programs without isolation (time, memory, output limits only): "
+        "for trusted code only.",
     )
     workers: int = Field(0, ge=0, description="Programs run in parallel; 0: one per CPU core.")
     time_limit_ms: int = Field(

@@ -88,8 +88,6 @@ class Zygote:
             if "fd" in job:
                 os.close(job["fd"])
             return {"ok": True}
-        if op == "ping":
-            return {"ok": True, "pid": os.getpid(), "python": sys.version.split()[0]}
         return {"error": f"unknown op {op!r}"}
 
     def prepare(self, req):
@@ -274,7 +272,8 @@ class Zygote:
             status_w = fcntl.fcntl(status_w, fcntl.F_DUPFD_CLOEXEC, 100)  # clear of fds 0-3
             os.setsid()
             redirect(paths, harness is not None)
-            set_limits(limits)
+            # Unsandboxed (unsafe_local), a run shares the user's process count: no limit there.
+            set_limits(limits, processes=self.is_init)
             if self.uid >= 0:
                 os.setgroups([])
                 os.setgid(self.gid)
@@ -324,7 +323,7 @@ def redirect(paths, verdict):
             os.close(fd)
 
 
-def set_limits(limits):
+def set_limits(limits, processes):
     cpu = max(1, math.ceil(limits["cpu_ms"] / 1000))
     memory, output = limits["memory_bytes"], limits["output_bytes"]
     for res, value in (
@@ -333,9 +332,10 @@ def set_limits(limits):
         (resource.RLIMIT_STACK, memory),
         (resource.RLIMIT_FSIZE, output),
         (resource.RLIMIT_NOFILE, limits["open_files"]),
-        (resource.RLIMIT_NPROC, limits["processes"]),
     ):
         resource.setrlimit(res, (value, value))
+    if processes:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 
 
