@@ -32,6 +32,7 @@ from ascent.rewards.judge import (
 )
 from ascent.rewards.sandbox import (
     Limits,
+    Program,
     RunResult,
     SandboxPool,
     Status,
@@ -200,41 +201,18 @@ def judge_task(
             return _sandbox_failure(verdict, program.compile.detail)
         if not program.ok:
             return verdict
+        if task.checker is not None:
+            checker = worker.prepare(task.checker, task.checker_language)
+            if not checker.ok:
+                detail = f"the checker does not compile: {checker.compile.stderr[-300:]}"
+                return _sandbox_failure(verdict, detail)
         limits = Limits.for_run(sandbox_cfg, task.time_limit_ms)
-        stop = cfg.test_policy == "stop_at_first_failure"
-        samples_ok: bool | None = None
-        if task.test_code is not None:
-            assert task.entry_point is not None
-            results = [run_function_test(worker, program, task.test_code, task.entry_point, limits)]
-        else:
-            if task.checker is not None:
-                checker = worker.prepare(task.checker, task.checker_language)
-                if not checker.ok:
-                    return _sandbox_failure(
-                        verdict, f"the checker does not compile: {checker.compile.stderr[-300:]}"
-                    )
-            options = {
-                "float_tolerance": cfg.float_tolerance,
-                "checker": checker,
-                "stop_at_first_failure": stop,
-            }
-            results = run_stdio_tests(
-                worker, program, task.sample_tests, limits, kind="sample", **options
-            )
-            if task.sample_tests:
-                samples_ok = all(r.status == "ok" for r in results)
-            if samples_ok is not False or not stop:
-                assert task.tests is not None
-                results += run_stdio_tests(
-                    worker, program, task.tests, limits, kind="hidden", **options
-                )
-        verdict.tests = results
-        failures = [r for r in results if r.status != "ok"]
-        if any(r.status == "sandbox_error" for r in failures):
-            return _sandbox_failure(
-                verdict, next(r.detail for r in failures if r.status == "sandbox_error")
-            )
-        verdict.passed = sum(r.status == "ok" for r in results if r.kind == "hidden")
+        verdict.tests, samples_ok = _run_tests(worker, program, checker, task, cfg, limits)
+        failures = [r for r in verdict.tests if r.status != "ok"]
+        broken = [r for r in failures if r.status == "sandbox_error"]
+        if broken:
+            return _sandbox_failure(verdict, broken[0].detail)
+        verdict.passed = sum(r.status == "ok" for r in verdict.tests if r.kind == "hidden")
         verdict.status = failures[0].status if failures else "ok"
         verdict.reward = tier_reward(cfg, samples_ok, verdict.passed, verdict.total)
         return verdict
@@ -242,6 +220,39 @@ def judge_task(
         worker.drop(program)
         if checker is not None:
             worker.drop(checker)
+
+
+def _run_tests(
+    worker: Worker,
+    program: Program,
+    checker: Program | None,
+    task: CodeTask,
+    cfg: CodeRewardSection,
+    limits: Limits,
+) -> tuple[list[TestResult], bool | None]:
+    """The test results, and whether the samples passed (None: no samples)."""
+    if task.test_code is not None:
+        assert task.entry_point is not None
+        return [run_function_test(worker, program, task.test_code, task.entry_point, limits)], None
+    stop = cfg.test_policy == "stop_at_first_failure"
+
+    def run(tests: list[StdioTest], kind: str) -> list[TestResult]:
+        return run_stdio_tests(
+            worker,
+            program,
+            tests,
+            limits,
+            kind=kind,
+            float_tolerance=cfg.float_tolerance,
+            checker=checker,
+            stop_at_first_failure=stop,
+        )
+
+    results = run(task.sample_tests, "sample")
+    samples_ok = all(r.status == "ok" for r in results) if task.sample_tests else None
+    if samples_ok is not False or not stop:
+        results += run(task.tests or [], "hidden")
+    return results, samples_ok
 
 
 def _sandbox_failure(verdict: CodeVerdict, detail: str) -> CodeVerdict:
