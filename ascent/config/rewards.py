@@ -135,6 +135,11 @@ class SandboxSection(Section):
         2.0, ge=1.0, description="Wall-clock limit per run, as a multiple of its CPU time limit."
     )
     memory_mb: int = Field(512, ge=16, description="Address-space limit per run.")
+    stack_mb: int = Field(
+        64,
+        ge=1,
+        description="Stack limit per run, within memory_mb (C/C++ threads reserve this much each).",
+    )
     max_processes: int = Field(
         64, ge=1, description="Processes and threads a run may have at once."
     )
@@ -161,3 +166,11 @@ class SandboxSection(Section):
         description="When ascent runs as root, worker i runs programs as uid run_uid + i "
         "(uids that own no files).",
     )
+
+    @model_validator(mode="after")
+    def _stack_within_memory(self) -> SandboxSection:
+        if self.stack_mb > self.memory_mb:
+            raise ValueError(
+                f"[sandbox] stack_mb ({self.stack_mb}) cannot exceed memory_mb ({self.memory_mb})"
+            )
+        return self

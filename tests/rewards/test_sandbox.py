@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from ascent.config.rewards import SandboxSection
 from ascent.rewards.sandbox import STATUSES, Limits, SandboxPool, run_program
 from tests.rewards.conftest import FAST, isolation_or_skip
 
@@ -65,6 +66,27 @@ def test_cpp_segfault_is_a_runtime_error_with_its_signal(pool):
     assert result.status == "runtime_error"
     assert result.signal == 11
     assert "SIGSEGV" in result.detail
+
+
+def test_cpp_threads_and_deep_recursion_fit_the_stack_limit(pool):
+    # Each thread reserves stack_mb (64) of address space within memory_mb (256).
+    code = (
+        "#include <cstdio>\n#include <thread>\n"
+        "int depth(int n) {\n"
+        "  volatile char frame[1024]; frame[0] = 1; return n ? depth(n - 1) + frame[0] : 0; }\n"
+        "int main() { int a = 0, b = 0;\n"
+        "  std::thread t1([&] { a = depth(1000); }), t2([&] { b = depth(2000); });\n"
+        '  t1.join(); t2.join(); printf("%d %d %d\\n", a, b, depth(30000)); }\n'
+    )
+    result = pool.run_program(code, "cpp")
+    assert (result.status, result.stdout) == ("ok", "1000 2000 30000\n")
+    too_deep = code.replace("depth(30000)", "depth(200000)")  # 200 MB of frames
+    assert pool.run_program(too_deep, "cpp").status == "runtime_error"
+
+
+def test_stack_limit_must_fit_in_memory():
+    with pytest.raises(ValueError, match=r"stack_mb \(64\) cannot exceed memory_mb \(32\)"):
+        SandboxSection(memory_mb=32)
 
 
 def test_busy_loop_hits_the_cpu_time_limit(pool):

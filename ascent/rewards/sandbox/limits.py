@@ -41,6 +41,7 @@ class Limits:
     cpu_ms: int
     wall_ms: int
     memory_mb: int
+    stack_mb: int
     processes: int
     open_files: int
     output_kb: int
@@ -53,6 +54,7 @@ class Limits:
             cpu_ms=cpu,
             wall_ms=round(cpu * cfg.wall_limit_factor),
             memory_mb=cfg.memory_mb,
+            stack_mb=cfg.stack_mb,
             processes=cfg.max_processes,
             open_files=cfg.max_open_files,
             output_kb=cfg.output_limit_kb,
@@ -65,6 +67,7 @@ class Limits:
             cpu_ms=cfg.compile_time_limit_ms,
             wall_ms=round(cfg.compile_time_limit_ms * cfg.wall_limit_factor),
             memory_mb=cfg.compile_memory_mb,
+            stack_mb=cfg.stack_mb,
             processes=cfg.max_processes,
             open_files=cfg.max_open_files,
             output_kb=cfg.compile_memory_mb * 1024,
@@ -76,6 +79,7 @@ class Limits:
             "cpu_ms": self.cpu_ms,
             "wall_ms": self.wall_ms,
             "memory_bytes": self.memory_mb << 20,
+            "stack_bytes": self.stack_mb << 20,
             "processes": self.processes,
             "open_files": self.open_files,
             "output_bytes": self.output_kb << 10,

@@ -329,7 +329,7 @@ def set_limits(limits, processes):
     for res, value in (
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_AS, memory),
-        (resource.RLIMIT_STACK, memory),
+        (resource.RLIMIT_STACK, limits["stack_bytes"]),
         (resource.RLIMIT_FSIZE, output),
         (resource.RLIMIT_NOFILE, limits["open_files"]),
     ):
