@@ -34,7 +34,6 @@ import select
 import signal
 import struct
 import sys
-import threading
 import time
 import traceback
 import types
@@ -385,7 +384,9 @@ def run_python(program, args, harness):
         traceback.print_exception(type(err), err, err.__traceback__.tb_next)
         status = 1
     try:
-        threading._shutdown()
+        threading = sys.modules.get("threading")  # not imported here: see main()
+        if threading is not None:
+            threading._shutdown()  # join non-daemon threads, as the interpreter would at exit
         atexit._run_exitfuncs()
     except BaseException:
         traceback.print_exc()
@@ -527,7 +528,10 @@ def main(argv):
     os.dup2(null, 1)
     os.close(null)
     zygote = Zygote(root, uid, gid)
-    gc.freeze()  # runs then copy fewer pages: the collector leaves these objects alone
+    # Forking is the cost of a run, so keep this process lean: no threading module (its fork
+    # handlers touch many pages in every child), and objects frozen out of the collector's way.
+    assert "threading" not in sys.modules
+    gc.freeze()
     write_all(wfd, frame({"ok": True, "pid": os.getpid()}))
     while True:
         head = read_exact(rfd, 4)
