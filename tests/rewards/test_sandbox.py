@@ -32,6 +32,17 @@ def test_python_program_sees_a_main_module_and_plain_argv(pool):
     assert pool.run_program(code, "python").stdout == "['main.py'] main.py\n"
 
 
+def test_python_program_ends_like_the_interpreter_would(pool):
+    # Non-daemon threads are joined and atexit handlers run before the exit.
+    code = (
+        "import atexit, threading, time\n"
+        "atexit.register(lambda: print('atexit'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\n"
+        "print('main')\n"
+    )
+    assert pool.run_program(code, "python").stdout == "main\nthread\natexit\n"
+
+
 def test_python_exit_code_and_uncaught_exception_are_runtime_errors(pool):
     exited = pool.run_program("import sys\nprint('x')\nsys.exit(3)\n", "python")
     assert (exited.status, exited.exit_code, exited.stdout) == ("runtime_error", 3, "x\n")
