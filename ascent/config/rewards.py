@@ -28,7 +28,10 @@ class MathRewardSection(Section):
         True, description="When no pattern matches, accept a final 'the answer is X'."
     )
     timeout_s: float = Field(
-        5.0, gt=0.0, description="Time limit for checking one answer; over it, the answer is wrong."
+        5.0,
+        gt=0.0,
+        description="Seconds (rounded up) math-verify may spend on each step of checking one "
+        "answer; over it, the answer is wrong.",
     )
     workers: int = Field(
         1, ge=1, description="Processes that run math-verify (its own timeout needs a main thread)."
