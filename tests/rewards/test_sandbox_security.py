@@ -286,3 +286,12 @@ def test_sandbox_refuses_without_bubblewrap_unless_unsafe_local(monkeypatch):
     with SandboxPool(SandboxSection(workers=1, unsafe_local=True)) as unsafe:
         result = unsafe.run_program("print(input().upper())", "python", "trusted\n")
     assert (result.status, result.stdout) == ("ok", "TRUSTED\n")
+
+
+def test_sandbox_refuses_outside_linux_even_unsafe(monkeypatch):
+    from ascent.errors import AscentError
+    from ascent.rewards.sandbox import isolation
+
+    monkeypatch.setattr(isolation.sys, "platform", "darwin")
+    with pytest.raises(AscentError, match="Linux only"):
+        SandboxPool(SandboxSection(workers=1, unsafe_local=True))

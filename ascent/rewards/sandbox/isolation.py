@@ -66,11 +66,11 @@ def worker_command(cfg: SandboxSection, index: int) -> WorkerCommand:
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     root = os.geteuid() == 0
     uid = cfg.run_uid + index if root else -1
+    check_isolation(cfg)
     if cfg.unsafe_local:
         tmp = tempfile.mkdtemp(prefix="ascent-sandbox-")
         argv = [python, "-I", "-S", "-B", str(ZYGOTE), tmp, "-1", "-1"]
         return WorkerCommand(argv, env, tmp)
-    check_isolation(cfg)
     argv = [_bwrap(), *_bwrap_args(cfg, root, python)]
     argv += [python, "-I", "-S", "-B", ZYGOTE_IN_SANDBOX, SANDBOX_ROOT, str(uid), str(uid)]
     return WorkerCommand(argv, env, None)
@@ -133,6 +133,11 @@ def _bind_readable(path: str) -> list[str]:
 
 def check_isolation(cfg: SandboxSection) -> None:
     """Raise `AscentError` naming the fix when the sandbox cannot isolate programs here."""
+    if not sys.platform.startswith("linux"):
+        raise AscentError(
+            f"the code sandbox runs on Linux only (namespaces, pidfds, memfds), not on "
+            f"{sys.platform}: run code rewards on a Linux machine or in a Linux container"
+        )
     if cfg.unsafe_local:
         return
     root = os.geteuid() == 0
