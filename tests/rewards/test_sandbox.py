@@ -144,7 +144,7 @@ def test_a_prepared_program_runs_many_times_with_a_fresh_directory_each(pool):
 
 
 def test_pool_runs_programs_in_parallel(pool):
-    code = "import time\nstart = time.time()\ntime.sleep(0.4)\nprint(start, time.time())\n"
+    code = "import time\nstart = time.time()\ntime.sleep(0.8)\nprint(start, time.time())\n"
     futures = [pool.submit_program(code, "python") for _ in range(pool.size)]
     spans = [tuple(map(float, f.result().stdout.split())) for f in futures]
     assert len(spans) == 2
