@@ -12,6 +12,7 @@ from ascent.rewards.base import (
     RewardBuilder,
     RewardFunction,
     Scored,
+    ScoredReward,
     completion_text,
 )
 from ascent.rewards.composite import CompositeReward, RewardOutput, build_reward, load_callable
@@ -30,6 +31,7 @@ __all__ = [
     "RewardFunction",
     "RewardOutput",
     "Scored",
+    "ScoredReward",
     "build_reward",
     "completion_text",
     "load_callable",

@@ -47,6 +47,18 @@ class DetailedReward(Protocol):
     def score(self, prompts: list[Any], completions: list[Any], **columns: list[Any]) -> Scored: ...
 
 
+class ScoredReward:
+    """Base for rewards that implement `score`: calling one returns the values alone."""
+
+    def score(self, prompts: list[Any], completions: list[Any], **columns: list[Any]) -> Scored:
+        raise NotImplementedError
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], **columns: list[Any]
+    ) -> list[float | None]:
+        return self.score(prompts, completions, **columns).values
+
+
 RewardBuilder = Callable[[RewardSection, SandboxSection], RewardFunction]
 REWARDS: Registry[RewardBuilder] = Registry("reward")
 
@@ -69,19 +81,17 @@ def column(columns: dict[str, Any], name: str, n: int, reward: str) -> list[Any]
         raise AscentError(
             f"the {reward} reward needs a '{name}' column in the dataset (columns given: {have})"
         )
-    values = list(columns[name])
-    if len(values) != n:
-        raise AscentError(
-            f"column '{name}' has {len(values)} entries for {n} completions; "
-            "give one per completion"
-        )
-    return values
+    return _one_per_completion(columns, name, n)
 
 
 def optional_column(columns: dict[str, Any], name: str, n: int) -> list[Any]:
     """An optional column, as a list of n entries (None where absent)."""
     if name not in columns or columns[name] is None:
         return [None] * n
+    return _one_per_completion(columns, name, n)
+
+
+def _one_per_completion(columns: dict[str, Any], name: str, n: int) -> list[Any]:
     values = list(columns[name])
     if len(values) != n:
         raise AscentError(

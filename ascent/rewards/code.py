@@ -22,7 +22,14 @@ from typing import Any
 
 from ascent.config.rewards import CodeRewardSection, RewardSection, SandboxSection
 from ascent.errors import AscentError
-from ascent.rewards.base import REWARDS, Scored, column, completion_text, optional_column
+from ascent.rewards.base import (
+    REWARDS,
+    Scored,
+    ScoredReward,
+    column,
+    completion_text,
+    optional_column,
+)
 from ascent.rewards.judge import (
     StdioTest,
     TestResult,
@@ -262,7 +269,7 @@ def _sandbox_failure(verdict: CodeVerdict, detail: str) -> CodeVerdict:
     return verdict
 
 
-class CodeReward:
+class CodeReward(ScoredReward):
     """`f(prompts, completions, tests, **columns)`; rows whose `tests` is None score None.
 
     Owns a `SandboxPool`, started on first use; `close()` stops it.
@@ -280,11 +287,6 @@ class CodeReward:
             if self._pool is None:
                 self._pool = SandboxPool(self.sandbox_cfg)
             return self._pool
-
-    def __call__(
-        self, prompts: list[Any], completions: list[Any], **columns: list[Any]
-    ) -> list[float | None]:
-        return self.score(prompts, completions, **columns).values
 
     def score(self, prompts: list[Any], completions: list[Any], **columns: list[Any]) -> Scored:
         n = len(completions)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ascent.config.rewards import MathRewardSection, RewardSection, SandboxSection
 from ascent.errors import AscentError
-from ascent.rewards.base import REWARDS, Scored, column, completion_text
+from ascent.rewards.base import REWARDS, Scored, ScoredReward, column, completion_text
 
 START_TIMEOUT_S = 60.0
 
@@ -250,17 +250,12 @@ def _close_quietly(ref: weakref.ref[Any]) -> None:
 # -- the reward ------------------------------------------------------------------------------
 
 
-class MathReward:
+class MathReward(ScoredReward):
     """`f(prompts, completions, answer, **columns)`; rows whose `answer` is None score None."""
 
     def __init__(self, cfg: MathRewardSection) -> None:
         self.cfg = cfg
         self.verifier = MathVerifier(cfg.workers, cfg.timeout_s)
-
-    def __call__(
-        self, prompts: list[Any], completions: list[Any], **columns: list[Any]
-    ) -> list[float | None]:
-        return self.score(prompts, completions, **columns).values
 
     def score(self, prompts: list[Any], completions: list[Any], **columns: list[Any]) -> Scored:
         golds = column(columns, "answer", len(completions), "math")

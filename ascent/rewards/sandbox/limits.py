@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ascent.config.rewards import SandboxSection
 
@@ -18,16 +18,7 @@ Status = Literal[
     "output_limit",
     "sandbox_error",
 ]
-STATUSES: tuple[Status, ...] = (
-    "ok",
-    "wrong_answer",
-    "compile_error",
-    "runtime_error",
-    "timeout",
-    "memory_limit",
-    "output_limit",
-    "sandbox_error",
-)
+STATUSES: tuple[Status, ...] = get_args(Status)
 
 # What a program prints when an allocation fails under the address-space limit.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
