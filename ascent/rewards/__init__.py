@@ -5,7 +5,7 @@ builders (`@REWARDS.register("name")`, see `ascent.rewards.base`). The modules t
 built-in rewards are imported here so that their names are known as soon as this package is.
 """
 
-from ascent.rewards import code, math  # noqa: F401  (register "code" and "math")
+from ascent.rewards import code, countdown, math  # noqa: F401  (register their rewards)
 from ascent.rewards.base import (
     REWARDS,
     DetailedReward,
@@ -16,12 +16,6 @@ from ascent.rewards.base import (
     completion_text,
 )
 from ascent.rewards.composite import CompositeReward, RewardOutput, build_reward, load_callable
-
-try:  # another module registers "countdown"; import it when it is there
-    from ascent.rewards import countdown  # noqa: F401
-except ModuleNotFoundError as err:
-    if err.name != "ascent.rewards.countdown":
-        raise
 
 __all__ = [
     "REWARDS",
