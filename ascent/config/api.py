@@ -23,7 +23,7 @@ with only its first 4 characters shown (inputs are hidden from validation errors
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -195,6 +195,7 @@ class ModelsSection(Section):
 
     model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
     __pydantic_extra__: dict[str, Any] = Field(init=False)
+    doc_tables: ClassVar[dict[str, type[Section]]] = {"<role>": RoleSection}
 
     hypothesis_model: str | None = Field(None, description="Proposes the approach (agentic GRPO).")
     solver_model: str | None = Field(None, description="Writes the program or the answer.")

@@ -105,6 +105,9 @@ def _render_section(name: str, model: type[BaseModel], out: list[str], list_of: 
         out.append("No keys yet.\n")
     for sub_name, sub, is_list in nested:
         _render_section(sub_name, sub, out, is_list)
+    # Sections with free-form keys (e.g. [models.<role>]) name their table models here.
+    for placeholder, sub in getattr(model, "doc_tables", {}).items():
+        _render_section(f"{name}.{placeholder}", sub, out, False)
 
 
 def render() -> str:
