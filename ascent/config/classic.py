@@ -1,28 +1,137 @@
-"""Sections of a classic actor-critic PPO run on a gymnasium environment."""
+"""Sections of a classic actor-critic PPO run on a gymnasium environment.
+
+The defaults are SPEC.md's classic PPO defaults for CartPole-v1 (20k steps, 2048-step
+rollouts, 10 epochs of 64-sample minibatches, gamma 0.99, lambda 0.95, clip 0.2, ...).
+`examples/ppo_cartpole.toml` spells them out; `examples/ppo_cartpole_fast.toml` is the tuned
+recipe.
+
+An optional `settings.json` beside the config file carries machine-specific runtime settings
+(where runs are written, device, threads, deterministic kernels), so one recipe can be shared
+between machines. `merge_settings_json` folds it into `[run]`; a key the TOML (or `--set`)
+gives wins, and `ascent config show` prints the merged result.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from ascent.config.base import Section
 from ascent.config.run import LoggingSection, RunSection
+from ascent.errors import ConfigError, did_you_mean
+
+SETTINGS_FILE = "settings.json"
+# settings.json key -> [run] key. Checkpoints always live in <output_dir>/<name>/checkpoints,
+# so "paths for logs and checkpoints" is the one output_dir.
+SETTINGS_KEYS = {
+    "output_dir": "output_dir",
+    "device": "device",
+    "threads": "threads",
+    "deterministic": "deterministic",
+}
 
 
 class EnvSection(Section):
-    """`[env]`: the gymnasium environment."""
+    """`[env]`: the gymnasium environment and how many copies run side by side."""
 
-    id: str = Field("CartPole-v1", description="gymnasium environment id.")
+    id: str = Field(
+        "CartPole-v1",
+        description="gymnasium environment id ('module:Id' imports the module that registers it).",
+    )
+    num_envs: int = Field(1, ge=1, description="Environments stepped together (gymnasium.vector).")
+    vectorization: Literal["auto", "sync", "async"] = Field(
+        "auto",
+        description="auto: the env's own batched implementation when it has one, else sync; "
+        "async: one process per env (for slow envs).",
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _usable_env(cls, env_id: str) -> str:
+        check_env(env_id)
+        return env_id
+
+
+class ClassicModelSection(Section):
+    """`[model]`: the actor and critic networks (two separate MLPs)."""
+
+    hidden_sizes: list[int] = Field(
+        default_factory=lambda: [64, 64], description="Hidden layer widths of each MLP."
+    )
+    activation: Literal["tanh", "relu"] = Field("tanh", description="Hidden-layer activation.")
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive(cls, sizes: list[int]) -> list[int]:
+        if not sizes or any(s < 1 for s in sizes):
+            raise ValueError(
+                f"[model] hidden_sizes: {sizes} must list positive widths, e.g. [64, 64]"
+            )
+        return sizes
 
 
 class ClassicTrainSection(Section):
-    """`[train]` of a classic PPO run."""
+    """`[train]` of a classic PPO run: rollouts, GAE, the PPO losses, checkpoints."""
+
+    total_timesteps: int = Field(
+        20000, ge=1, description="Environment steps in all (rounded up to whole rollouts)."
+    )
+    rollout_steps: int = Field(
+        2048, ge=1, description="Steps per environment in one rollout (one update per rollout)."
+    )
+    update_epochs: int = Field(10, ge=1, description="Passes over each rollout.")
+    batch_size: int = Field(
+        64, ge=1, description="Transitions per minibatch (one optimiser step each)."
+    )
+    gamma: float = Field(0.99, ge=0.0, le=1.0, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
+    clip_range: float = Field(
+        0.2, gt=0.0, lt=1.0, description="PPO clip: the ratio is kept within [1 - c, 1 + c]."
+    )
+    anneal_clip_range: bool = Field(
+        False, description="Decay clip_range linearly towards 0 over the run (rl-zoo CartPole)."
+    )
+    clip_range_vf: float | None = Field(
+        None,
+        gt=0.0,
+        description="Clip each value update to +- this around the rollout's values; "
+        "unset: no value clipping.",
+    )
+    entropy_coef: float = Field(0.01, ge=0.0, description="Weight of the entropy bonus.")
+    value_coef: float = Field(
+        0.5, ge=0.0, description="Weight of the value loss, 0.5 (V - R)^2 per step."
+    )
+    max_grad_norm: float = Field(
+        0.5, gt=0.0, description="Clip the global gradient norm (actor and critic together)."
+    )
+    normalize_advantages: bool = Field(
+        True, description="Whiten the advantages of each minibatch (mean 0, std 1)."
+    )
+    solved_return: float | None = Field(
+        None,
+        description="Mean return of the last 20 episodes that counts as solved; "
+        "unset: the env's reward_threshold (475 for CartPole-v1).",
+    )
+    stop_when_solved: bool = Field(False, description="End the run as soon as it counts as solved.")
+    save_every: int = Field(
+        10, ge=0, description="Checkpoint every N updates (0: only at the end)."
+    )
+    keep_last: int = Field(2, ge=1, description="Checkpoints to keep besides the best one.")
 
 
 class ClassicOptimSection(Section):
-    """`[optim]` of a classic PPO run."""
+    """`[optim]` of a classic PPO run: one Adam with an actor and a critic learning rate."""
+
+    lr_actor: float = Field(3e-4, gt=0.0, description="Adam learning rate of the policy network.")
+    lr_critic: float = Field(1e-3, gt=0.0, description="Adam learning rate of the value network.")
+    eps: float = Field(1e-5, gt=0.0, description="Adam epsilon (1e-5 as in the PPO baselines).")
+    anneal_lr: bool = Field(
+        True, description="Decay both learning rates linearly to 0 over the run."
+    )
 
 
 class ClassicConfig(Section):
@@ -30,6 +139,9 @@ class ClassicConfig(Section):
 
     run: RunSection = Field(default_factory=RunSection, description="Run directory, seed, device.")
     env: EnvSection = Field(default_factory=EnvSection, description="Environment.")
+    model: ClassicModelSection = Field(
+        default_factory=ClassicModelSection, description="Actor and critic networks."
+    )
     train: ClassicTrainSection = Field(
         default_factory=ClassicTrainSection, description="PPO settings."
     )
@@ -40,7 +152,144 @@ class ClassicConfig(Section):
         default_factory=LoggingSection, description="Metrics and trackers."
     )
 
+    @property
+    def transitions_per_update(self) -> int:
+        return self.train.rollout_steps * self.env.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        """Updates in the whole run: total_timesteps rounded up to whole rollouts."""
+        return -(-self.train.total_timesteps // self.transitions_per_update)
+
+    @model_validator(mode="after")
+    def _batch_arithmetic(self) -> ClassicConfig:
+        t, n = self.train, self.env.num_envs
+        rollout = self.transitions_per_update
+        if rollout % t.batch_size:
+            raise ValueError(
+                f"[train] batch_size: rollout_steps x num_envs = {t.rollout_steps} x {n} = "
+                f"{rollout} transitions per update is not a multiple of batch_size "
+                f"({t.batch_size}); try batch_size = {_or(_divisors_near(rollout, t.batch_size))}"
+                f" or rollout_steps = {_or(_rollouts_near(t.rollout_steps, n, t.batch_size))}"
+            )
+        if t.total_timesteps < rollout:
+            raise ValueError(
+                f"[train] total_timesteps ({t.total_timesteps}) is less than one rollout "
+                f"(rollout_steps x num_envs = {rollout}); raise total_timesteps to at least "
+                f"{rollout} or lower rollout_steps"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _usable(self) -> ClassicConfig:
+        if self.train.stop_when_solved and self.solved_return is None:
+            raise ValueError(
+                f"[train] stop_when_solved: {self.env.id} has no reward_threshold, so set "
+                "[train] solved_return to the mean return that counts as solved"
+            )
+        if self.logging.explicitly_set("sample_every") or self.logging.explicitly_set(
+            "num_samples"
+        ):
+            raise ValueError(
+                "[logging] sample_every / num_samples: classic PPO runs have no completions "
+                "to sample; remove the key (use `ascent eval RUN_DIR` to watch the policy)"
+            )
+        return self
+
+    @property
+    def solved_return(self) -> float | None:
+        """[train] solved_return, or the env's registered reward_threshold."""
+        if self.train.solved_return is not None:
+            return self.train.solved_return
+        return _env_spec(self.env.id).reward_threshold
+
+
+def _or(options: list[int]) -> str:
+    return " or ".join(map(str, options))
+
+
+def _divisors_near(n: int, around: int) -> list[int]:
+    """The two divisors of n closest to `around` (for messages that propose valid values)."""
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return sorted(sorted(divisors, key=lambda d: (abs(d - around), d))[:2])
+
+
+def _rollouts_near(rollout_steps: int, num_envs: int, batch_size: int) -> list[int]:
+    """rollout_steps just below and above the given one with rollout x num_envs % batch == 0."""
+    step = next(s for s in range(1, batch_size + 1) if (s * num_envs) % batch_size == 0)
+    lower = max(step, rollout_steps // step * step)
+    return sorted({lower, lower + step})
+
+
+def _env_spec(env_id: str) -> Any:
+    import gymnasium as gym
+
+    return gym.spec(env_id.rpartition(":")[2])  # "module:Id" registers Id on import
+
+
+def check_env(env_id: str) -> None:
+    """Raise ValueError (one line, with a hint) unless the agent can train on `env_id`.
+
+    Checked when the config loads, before a run directory exists: the id must be registered
+    (importing 'module:' first), the env must build, and its spaces must suit the agent.
+    """
+    import gymnasium as gym
+
+    from ascent.models.actor_critic import unsupported_space
+
+    module, sep, _ = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(
+                f"[env] id {env_id!r}: cannot import module {module!r} ({err}); "
+                "install the package that provides the environment"
+            ) from None
+    try:
+        _env_spec(env_id)
+    except gym.error.Error as err:
+        raise ValueError(
+            f"[env] id {env_id!r} is not a registered gymnasium environment: {err} "
+            "(list them with: python -c 'import gymnasium; gymnasium.pprint_registry()')"
+        ) from None
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as err:  # e.g. DependencyNotInstalled
+        raise ValueError(f"[env] id {env_id!r}: cannot create the environment: {err}") from None
+    problem = unsupported_space(env.observation_space, env.action_space)
+    env.close()
+    if problem is not None:
+        raise ValueError(f"[env] id {env_id!r}: {problem}")
+
 
 def merge_settings_json(raw: dict[str, Any], config_path: Path | None) -> dict[str, Any]:
-    """Fold an optional settings.json beside the config into the raw TOML data (TOML wins)."""
-    return raw
+    """Fold an optional settings.json beside the config into the raw TOML data (TOML wins).
+
+    settings.json is a flat JSON object with any of: output_dir (where run directories with
+    their logs and checkpoints go), device, threads, deterministic. Each fills the `[run]` key
+    of the same name unless the TOML file or a `--set` override already gives it.
+    """
+    if config_path is None:
+        return raw
+    path = Path(config_path).parent / SETTINGS_FILE
+    if not path.is_file():
+        return raw
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: invalid JSON: {err}") from None
+    if not isinstance(settings, dict):
+        raise ConfigError(f'{path}: expected a JSON object such as {{"device": "cpu"}}')
+    for key in settings:
+        if key not in SETTINGS_KEYS:
+            raise ConfigError(
+                f"{path}: unknown key {key!r}{did_you_mean(key, SETTINGS_KEYS)}; valid keys: "
+                f"{', '.join(SETTINGS_KEYS)} (checkpoints are written under "
+                "output_dir/<run name>/checkpoints)"
+            )
+    run = raw.get("run", {})
+    if not isinstance(run, dict):
+        return raw  # [run] is not a table: validation reports it
+    merged = {SETTINGS_KEYS[k]: v for k, v in settings.items()}
+    return {**raw, "run": {**merged, **run}}

@@ -1,0 +1,318 @@
+"""Classic actor-critic PPO on a gymnasium environment, built on the shared algorithm core.
+
+One update reads top to bottom, as in CleanRL's `ppo.py`:
+
+  1. anneal both learning rates linearly towards 0;
+  2. collect rollout_steps steps of num_envs envs into preallocated tensors
+     (`classic_rollout`: autoreset steps are masked out, a time-limit truncation is
+     bootstrapped with V(final observation), a terminal step is not);
+  3. advantages and critic targets by GAE from the core (`ADVANTAGES["gae"]`);
+  4. update_epochs passes over shuffled minibatches: the clipped surrogate
+     (`POLICY_LOSSES["ppo_clip"]`) on per-minibatch whitened advantages, the value loss
+     (`value_loss`, clipped when clip_range_vf is set) and the entropy bonus; one backward,
+     the global grad-norm clip, one Adam step;
+  5. log; checkpoint every save_every updates and at the end.
+
+The run directory, atomic checkpoints, metrics.jsonl and the progress bar are the ones the
+LLM loop uses. The "best" checkpoint is the one with the highest mean return over the last
+20 training episodes: every training episode is a fresh draw from the environment, so there
+is no training set to overfit, unlike an LLM's prompts. Resuming restores the weights, the
+optimiser, the RNGs and the environments themselves (pickled, mid-episode), so N updates,
+then a resume, then N more give the weights of 2N updates in one go.
+
+Metrics, one JSON line per update (`step` is the update number):
+
+    env_steps                  environment steps so far (num_envs per vector step)
+    episode/count              episodes finished during this update's rollout
+    episode/return_mean        their mean return (null when none finished)
+    episode/return_max         their best return
+    episode/length_mean        their mean length
+    episode/return_last20      mean return of the last 20 finished episodes ("solved" test)
+    loss/policy                clipped surrogate (mean over minibatches, as all below)
+    loss/value                 0.5 (V - R)^2, clipped when clip_range_vf is set
+    loss/total                 policy + value_coef * value - entropy_coef * entropy
+    policy/entropy             mean entropy of the policy on the rollout's states
+    policy/approx_kl           k3 estimate of KL(pi_old || pi)
+    policy/clip_frac           fraction of steps where the ratio clip was active
+    value/clip_frac            fraction of steps where the value clip was active (if set)
+    value/explained_variance   1 - Var[R - V] / Var[R] over the rollout, before the update
+    optim/grad_norm            global gradient norm before clipping
+    optim/lr_actor, optim/lr_critic   learning rates of this update
+    policy/clip_range          clip range of this update
+    perf/sps                   environment steps per second over this update
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ascent.algos import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    AdvantageParams,
+    AggregationScale,
+    PolicyLossInput,
+    PolicyLossParams,
+    explained_variance,
+    masked_whiten,
+    value_loss,
+)
+from ascent.config.classic import ClassicConfig, ClassicOptimSection, ClassicTrainSection
+from ascent.models.actor_critic import ActorCritic
+from ascent.observe.metrics import MetricsLogger
+from ascent.observe.progress import TrainProgress
+from ascent.train.checkpoint import (
+    capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from ascent.train.classic_rollout import (
+    EnvRunner,
+    EpisodeStats,
+    RolloutBuffer,
+    Samples,
+    make_vector_env,
+)
+from ascent.train.rundir import RunDir
+from ascent.train.runtime import resolve_device
+
+GAE = ADVANTAGES.get("gae")
+CLIPPED_SURROGATE = POLICY_LOSSES.get("ppo_clip")
+MEAN = AGGREGATIONS.get("token_mean")  # average over the minibatch's decision steps
+PROGRESS_FIELDS = {
+    "episode/return_last20": "return",
+    "policy/approx_kl": "kl",
+    "value/explained_variance": "ev",
+    "perf/sps": "sps",
+}
+
+
+def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
+    """Train PPO as `cfg` says; write checkpoints, metrics.jsonl and summary.json."""
+    device = resolve_device(cfg.run.device)
+    resumed = load_checkpoint(run_dir.resume_from) if run_dir.resume_from else None
+    done = resumed["update"] if resumed else 0
+    logger = MetricsLogger(
+        run_dir,
+        cfg.logging,
+        config=cfg.model_dump(mode="json"),
+        resume_step=done if resumed else None,
+    )
+    envs = make_vector_env(cfg.env)
+    agent = ActorCritic.for_spaces(
+        envs.single_observation_space,
+        envs.single_action_space,
+        cfg.model.hidden_sizes,
+        cfg.model.activation,
+    ).to(device)
+    optimizer = make_optimizer(agent, cfg.optim)
+    stats = EpisodeStats(cfg.solved_return, clock=lambda: logger.elapsed)
+    runner = EnvRunner(envs, stats, device, seed=cfg.run.seed)
+    if resumed:
+        _restore(resumed, agent, optimizer, runner, seed=cfg.run.seed + done)
+    buffer = RolloutBuffer.allocate(cfg.train.rollout_steps, runner.envs, device)
+    total_steps = cfg.num_updates * cfg.transitions_per_update
+    progress = TrainProgress(
+        total_steps,
+        PROGRESS_FIELDS,
+        enabled=cfg.logging.progress,
+        description=cfg.env.id,
+        start=runner.env_steps,
+    )
+    update = done  # stays so when resuming a run that already finished
+    with logger, progress:
+        for update in range(done + 1, cfg.num_updates + 1):
+            start_time, start_steps = time.perf_counter(), runner.env_steps
+            schedule = anneal(optimizer, cfg, update)
+            runner.collect(agent, buffer)
+            gae = GAE(
+                buffer.advantage_batch(),
+                AdvantageParams(gamma=cfg.train.gamma, lam=cfg.train.gae_lambda),
+            )
+            advantages, returns = gae.advantages.T, gae.returns.T  # back to (T, N)
+            ev = explained_variance(buffer.values, returns, buffer.mask)
+            clip = PolicyLossParams(
+                clip_low=schedule["policy/clip_range"], clip_high=schedule["policy/clip_range"]
+            )
+            metrics = ppo_update(
+                agent, optimizer, buffer.samples(advantages, returns), cfg.train, clip
+            )
+            sps = (runner.env_steps - start_steps) / (time.perf_counter() - start_time)
+            metrics = {
+                "env_steps": runner.env_steps,
+                **stats.pop_update_metrics(),
+                **metrics,
+                "value/explained_variance": ev.item(),
+                **schedule,
+                "perf/sps": sps,
+            }
+            logger.log(update, metrics)
+            progress.update(runner.env_steps, metrics)
+            solved_stop = cfg.train.stop_when_solved and stats.solved_at_step is not None
+            if (
+                update == cfg.num_updates
+                or solved_stop
+                or (cfg.train.save_every and update % cfg.train.save_every == 0)
+            ):
+                _save(run_dir, cfg, update, agent, optimizer, runner)
+            if solved_stop:
+                break
+    runner.envs.close()
+    return _write_summary(run_dir, cfg, update, runner, logger)
+
+
+def make_optimizer(agent: ActorCritic, optim: ClassicOptimSection) -> torch.optim.Adam:
+    """One Adam, two parameter groups: the actor's (group 0) and the critic's (group 1).
+
+    The fused kernel updates all of a group's tensors in one call: for a network this small
+    the per-tensor loop of the default implementation costs more than the arithmetic.
+    """
+    groups = [
+        {"params": agent.actor_parameters(), "lr": optim.lr_actor},
+        {"params": list(agent.critic.parameters()), "lr": optim.lr_critic},
+    ]
+    device = next(agent.parameters()).device
+    return torch.optim.Adam(groups, eps=optim.eps, fused=device.type in ("cpu", "cuda"))
+
+
+def anneal(optimizer: torch.optim.Optimizer, cfg: ClassicConfig, update: int) -> dict[str, float]:
+    """Set this update's learning rates, and return them with its clip range.
+
+    Each annealed value falls linearly from its configured value towards 0 over the run.
+    """
+    frac = 1.0 - (update - 1) / cfg.num_updates
+    lr_frac = frac if cfg.optim.anneal_lr else 1.0
+    actor, critic = optimizer.param_groups
+    actor["lr"], critic["lr"] = lr_frac * cfg.optim.lr_actor, lr_frac * cfg.optim.lr_critic
+    clip = cfg.train.clip_range * (frac if cfg.train.anneal_clip_range else 1.0)
+    return {
+        "optim/lr_actor": actor["lr"],
+        "optim/lr_critic": critic["lr"],
+        "policy/clip_range": clip,
+    }
+
+
+def ppo_update(
+    agent: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    samples: Samples,
+    train: ClassicTrainSection,
+    clip: PolicyLossParams,
+) -> dict[str, float]:
+    """update_epochs passes over shuffled minibatches; the metrics averaged over minibatches."""
+    history: list[dict[str, Tensor]] = []
+    params = list(agent.parameters())
+    for _ in range(train.update_epochs):
+        for index in torch.randperm(len(samples), device=samples.mask.device).split(
+            train.batch_size
+        ):
+            loss, metrics = ppo_loss(agent, samples.select(index), train, clip)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            metrics["optim/grad_norm"] = nn.utils.clip_grad_norm_(params, train.max_grad_norm)
+            optimizer.step()
+            history.append(metrics)
+    return {key: torch.stack([m[key] for m in history]).mean().item() for key in history[0]}
+
+
+def ppo_loss(
+    agent: ActorCritic, batch: Samples, train: ClassicTrainSection, clip: PolicyLossParams
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """policy + value_coef * value - entropy_coef * entropy over one minibatch.
+
+    The core's losses take (B, T) tensors; a minibatch of M shuffled steps is one row (1, M).
+    Autoreset steps (mask 0) take no part in any term.
+    """
+    logp, entropy = agent.evaluate(batch.obs, batch.actions)
+    values = agent.value(batch.obs)
+    mask = batch.mask[None]
+    advantages = batch.advantages[None]
+    if train.normalize_advantages:
+        advantages = masked_whiten(advantages, mask)
+    surrogate, policy_metrics = CLIPPED_SURROGATE(
+        PolicyLossInput(logp[None], batch.logp[None], advantages, mask), clip
+    )
+    value_err, value_metrics = value_loss(
+        values[None], batch.values[None], batch.returns[None], mask, train.clip_range_vf
+    )
+    scale = AggregationScale.from_mask(mask)
+    policy_loss = MEAN(surrogate, mask, scale)
+    critic_loss = MEAN(value_err, mask, scale)
+    mean_entropy = MEAN(entropy[None], mask, scale)
+    loss = policy_loss + train.value_coef * critic_loss - train.entropy_coef * mean_entropy
+    metrics = {
+        "loss/policy": policy_loss.detach(),
+        "loss/value": critic_loss.detach(),
+        "loss/total": loss.detach(),
+        "policy/entropy": mean_entropy.detach(),
+        "policy/approx_kl": policy_metrics["approx_kl"],
+        "policy/clip_frac": policy_metrics["clip_ratio"],
+    }
+    if "value_clip_frac" in value_metrics:
+        metrics["value/clip_frac"] = value_metrics["value_clip_frac"]
+    return loss, metrics
+
+
+def _save(
+    run_dir: RunDir,
+    cfg: ClassicConfig,
+    update: int,
+    agent: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    runner: EnvRunner,
+) -> None:
+    state = {
+        "update": update,
+        "agent": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": capture_rng_state(),
+        "runner": runner.state_dict(),
+    }
+    metric = runner.stats.window_mean  # best = highest mean return of the last 20 episodes
+    save_checkpoint(
+        run_dir.checkpoints, update, state, metric=metric, keep_last=cfg.train.keep_last
+    )
+
+
+def _restore(
+    state: dict[str, Any],
+    agent: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    runner: EnvRunner,
+    seed: int,
+) -> None:
+    agent.load_state_dict(state["agent"])
+    optimizer.load_state_dict(state["optimizer"])
+    if not runner.load_state_dict(state["runner"], seed=seed):
+        print(
+            "note: the environments could not be saved with the checkpoint (async envs), so "
+            "resuming starts fresh episodes; the run is not bit-identical to an unbroken one"
+        )
+    restore_rng_state(state["rng"])
+
+
+def _write_summary(
+    run_dir: RunDir, cfg: ClassicConfig, update: int, runner: EnvRunner, logger: MetricsLogger
+) -> dict[str, Any]:
+    stats = runner.stats
+    summary = {
+        "kind": "classic_ppo",
+        "env_id": cfg.env.id,
+        "updates": update,
+        "env_steps": runner.env_steps,
+        "episodes": stats.episodes,
+        "wall_s": round(logger.elapsed, 3),
+        "last20_mean_return": stats.window_mean,
+        "solved_return": cfg.solved_return,
+        "solved_at_step": stats.solved_at_step,
+        "solved_wall_s": None if stats.solved_wall_s is None else round(stats.solved_wall_s, 3),
+        "final_metrics": logger.last,
+    }
+    run_dir.write_summary(summary)
+    return summary
