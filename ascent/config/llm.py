@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
+from ascent.config.evaluation import EvalSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.config.run import LoggingSection, RunSection
 
@@ -263,6 +264,7 @@ class LLMConfig(Section):
     assistant: AssistantSection = Field(
         default_factory=AssistantSection, description="Log assistant."
     )
+    eval: EvalSection = Field(default_factory=EvalSection, description="`ascent eval` settings.")
 
     @field_validator("algorithm")
     @classmethod
