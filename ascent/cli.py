@@ -75,6 +75,42 @@ def train(
     typer.echo(f"summary: {summary}")
 
 
+@app.command("eval")
+def eval_(
+    target: Annotated[
+        Path,
+        typer.Argument(help="A run directory (runs/NAME, holding config.toml) or a TOML config."),
+    ],
+    set_: SetOption = None,
+    episodes: Annotated[
+        int, typer.Option("--episodes", min=1, help="Episodes to run (classic PPO).")
+    ] = 10,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint", help="Checkpoint to load; default: the run's best, else latest."
+        ),
+    ] = None,
+) -> None:
+    """Evaluate a trained policy: classic PPO runs play N greedy episodes (mean, std of return)."""
+    from ascent.config import ClassicConfig, load_config
+
+    if target.is_dir() and not (target / "config.toml").is_file():
+        raise AscentError(f"{target}: a directory without config.toml; pass a run directory")
+    config_path = target / "config.toml" if target.is_dir() else target
+    cfg = load_config(config_path, set_ or [])
+    if not isinstance(cfg, ClassicConfig):
+        raise AscentError(
+            "ascent eval of LLM runs arrives with the evaluation harness; "
+            "for now it evaluates classic PPO runs (configs with [env])"
+        )
+    from ascent.train.classic_eval import evaluate_classic
+
+    run_path = target if target.is_dir() else Path(cfg.run.output_dir) / cfg.run.name
+    result = evaluate_classic(cfg, run_path, checkpoint=checkpoint, episodes=episodes)
+    typer.echo(result.describe())
+
+
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/tiny-grpo.")],
