@@ -116,7 +116,9 @@ class ClassicTrainSection(Section):
         description="Mean return of the last 20 episodes that counts as solved; "
         "unset: the env's reward_threshold (475 for CartPole-v1).",
     )
-    stop_when_solved: bool = Field(False, description="End the run as soon as it counts as solved.")
+    stop_when_solved: bool = Field(
+        False, description="End the run after the update during which it counts as solved."
+    )
     save_every: int = Field(
         10, ge=0, description="Checkpoint every N updates (0: only at the end)."
     )

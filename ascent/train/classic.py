@@ -45,6 +45,7 @@ Metrics, one JSON line per update (`step` is the update number):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -104,22 +105,13 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
         config=cfg.model_dump(mode="json"),
         resume_step=done if resumed else None,
     )
-    envs = make_vector_env(cfg.env)
-    agent = ActorCritic.for_spaces(
-        envs.single_observation_space,
-        envs.single_action_space,
-        cfg.model.hidden_sizes,
-        cfg.model.activation,
-    ).to(device)
-    optimizer = make_optimizer(agent, cfg.optim)
-    stats = EpisodeStats(cfg.solved_return, clock=lambda: logger.elapsed)
-    runner = EnvRunner(envs, stats, device, seed=cfg.run.seed)
+    agent, optimizer, runner = _build(cfg, device, clock=lambda: logger.elapsed)
     if resumed:
         _restore(resumed, agent, optimizer, runner, seed=cfg.run.seed + done)
     buffer = RolloutBuffer.allocate(cfg.train.rollout_steps, runner.envs, device)
-    total_steps = cfg.num_updates * cfg.transitions_per_update
+    gae_params = AdvantageParams(gamma=cfg.train.gamma, lam=cfg.train.gae_lambda)
     progress = TrainProgress(
-        total_steps,
+        cfg.num_updates * cfg.transitions_per_update,
         PROGRESS_FIELDS,
         enabled=cfg.logging.progress,
         description=cfg.env.id,
@@ -128,43 +120,49 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
     update = done  # stays so when resuming a run that already finished
     with logger, progress:
         for update in range(done + 1, cfg.num_updates + 1):
-            start_time, start_steps = time.perf_counter(), runner.env_steps
+            started = (time.perf_counter(), runner.env_steps)
             schedule = anneal(optimizer, cfg, update)
             runner.collect(agent, buffer)
-            gae = GAE(
-                buffer.advantage_batch(),
-                AdvantageParams(gamma=cfg.train.gamma, lam=cfg.train.gae_lambda),
-            )
-            advantages, returns = gae.advantages.T, gae.returns.T  # back to (T, N)
-            ev = explained_variance(buffer.values, returns, buffer.mask)
-            clip = PolicyLossParams(
-                clip_low=schedule["policy/clip_range"], clip_high=schedule["policy/clip_range"]
-            )
-            metrics = ppo_update(
+            gae = GAE(buffer.advantage_batch(), gae_params)
+            advantages, returns = gae.advantages.T, gae.returns.T  # rows were envs: back to (T, N)
+            ev = explained_variance(buffer.values, returns, buffer.mask).item()
+            clip = PolicyLossParams(schedule["policy/clip_range"], schedule["policy/clip_range"])
+            losses = ppo_update(
                 agent, optimizer, buffer.samples(advantages, returns), cfg.train, clip
             )
-            sps = (runner.env_steps - start_steps) / (time.perf_counter() - start_time)
             metrics = {
                 "env_steps": runner.env_steps,
-                **stats.pop_update_metrics(),
-                **metrics,
-                "value/explained_variance": ev.item(),
+                **runner.stats.pop_update_metrics(),
+                **losses,
+                "value/explained_variance": ev,
                 **schedule,
-                "perf/sps": sps,
+                "perf/sps": (runner.env_steps - started[1]) / (time.perf_counter() - started[0]),
             }
             logger.log(update, metrics)
             progress.update(runner.env_steps, metrics)
-            solved_stop = cfg.train.stop_when_solved and stats.solved_at_step is not None
-            if (
-                update == cfg.num_updates
-                or solved_stop
-                or (cfg.train.save_every and update % cfg.train.save_every == 0)
-            ):
+            stop = cfg.train.stop_when_solved and runner.stats.solved_at_step is not None
+            every = cfg.train.save_every
+            if stop or update == cfg.num_updates or (every and update % every == 0):
                 _save(run_dir, cfg, update, agent, optimizer, runner)
-            if solved_stop:
+            if stop:
                 break
     runner.envs.close()
     return _write_summary(run_dir, cfg, update, runner, logger)
+
+
+def _build(
+    cfg: ClassicConfig, device: torch.device, clock: Callable[[], float]
+) -> tuple[ActorCritic, torch.optim.Optimizer, EnvRunner]:
+    """The envs (reset with the run's seed), the agent on `device`, and its optimiser."""
+    envs = make_vector_env(cfg.env)
+    agent = ActorCritic.for_spaces(
+        envs.single_observation_space,
+        envs.single_action_space,
+        cfg.model.hidden_sizes,
+        cfg.model.activation,
+    ).to(device)
+    runner = EnvRunner(envs, EpisodeStats(cfg.solved_return, clock), device, seed=cfg.run.seed)
+    return agent, make_optimizer(agent, cfg.optim), runner
 
 
 def make_optimizer(agent: ActorCritic, optim: ClassicOptimSection) -> torch.optim.Adam:

@@ -168,9 +168,9 @@ def test_optimizer_has_an_actor_and_a_critic_learning_rate():
 
 def test_orthogonal_init_gives_a_near_uniform_first_policy():
     agent = ActorCritic(4, 2, continuous=False)
-    logits = agent.actor(torch.randn(256, 4))
+    logits = agent.actor(torch.randn(256, 4)).detach()
     assert float(logits.abs().max()) < 0.1  # policy head gain 0.01
-    head = agent.actor[-1].weight
+    head = agent.actor[-1].weight.detach()
     rows = head @ head.T  # orthogonal rows scaled by the gain: 0.01^2 * I
     torch.testing.assert_close(rows, 1e-4 * torch.eye(2), atol=1e-6, rtol=0)
 
