@@ -158,6 +158,29 @@ def test_first_minibatch_of_an_update_has_ratio_one():
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("target_offset", "expected_loss", "expected_frac"),
+    [
+        # old V = V + 1, clip 0.1: the clipped prediction is V + 0.9.
+        # R = V + 3: unclipped (V - R)^2 = 9 beats clipped 2.1^2 = 4.41 -> 0.5 * 9 = 4.5.
+        (3.0, 4.5, 0.0),
+        # R = V - 3: clipped 3.9^2 = 15.21 beats 9 -> 0.5 * 15.21 = 7.605, clip active.
+        (-3.0, 7.605, 1.0),
+    ],
+)
+def test_value_clipping_keeps_the_pessimistic_error(target_offset, expected_loss, expected_frac):
+    cfg = load_config(EXAMPLES / "ppo_cartpole.toml", ["train.clip_range_vf=0.1"])
+    agent = ActorCritic(4, 2, continuous=False)
+    obs = torch.randn(8, 4)
+    actions, logp = agent.sample(obs)
+    values = agent.value(obs).detach()
+    mask = torch.ones(8, dtype=torch.bool)
+    batch = Samples(obs, actions, logp, values + 1.0, torch.zeros(8), values + target_offset, mask)
+    _, metrics = ppo_loss(agent, batch, cfg.train, PolicyLossParams(0.2, 0.2))
+    assert float(metrics["loss/value"]) == pytest.approx(expected_loss, rel=1e-4)
+    assert float(metrics["value/clip_frac"]) == expected_frac
+
+
 def test_optimizer_has_an_actor_and_a_critic_learning_rate():
     cfg = load_config(EXAMPLES / "ppo_cartpole.toml")
     agent = ActorCritic(4, 2, continuous=False)
