@@ -2,7 +2,7 @@
 
 One update reads top to bottom, as in CleanRL's `ppo.py`:
 
-  1. anneal both learning rates linearly towards 0;
+  1. anneal the learning rates (and, if asked, the clip range) linearly towards 0;
   2. collect rollout_steps steps of num_envs envs into preallocated tensors
      (`classic_rollout`: autoreset steps are masked out, a time-limit truncation is
      bootstrapped with V(final observation), a terminal step is not);
@@ -40,6 +40,9 @@ Metrics, one JSON line per update (`step` is the update number):
     optim/lr_actor, optim/lr_critic   learning rates of this update
     policy/clip_range          clip range of this update
     perf/sps                   environment steps per second over this update
+
+summary.json adds: last20_mean_return, env_steps, episodes, wall_s, solved_return (the
+threshold), solved_at_step and solved_wall_s (null when never solved), final_metrics.
 """
 
 from __future__ import annotations
