@@ -18,6 +18,8 @@ class Section(BaseModel):
 
     # Where a root config was read from ("<built-in default>" or a file path); set by the loader.
     _source: str | None = PrivateAttr(None)
+    # Where values came from besides the file (e.g. settings.json); `config show` prints them.
+    _notes: list[str] = PrivateAttr(default_factory=list)
 
     @property
     def source(self) -> str | None:

@@ -265,18 +265,21 @@ def check_env(env_id: str) -> None:
         raise ValueError(f"[env] id {env_id!r}: {problem}")
 
 
-def merge_settings_json(raw: dict[str, Any], config_path: Path | None) -> dict[str, Any]:
+def merge_settings_json(
+    raw: dict[str, Any], config_path: Path | None
+) -> tuple[dict[str, Any], list[str]]:
     """Fold an optional settings.json beside the config into the raw TOML data (TOML wins).
 
     settings.json is a flat JSON object with any of: output_dir (where run directories with
     their logs and checkpoints go), device, threads, deterministic. Each fills the `[run]` key
-    of the same name unless the TOML file or a `--set` override already gives it.
+    of the same name unless the TOML file or a `--set` override already gives it. Returns the
+    merged data and a note per key taken from settings.json (`ascent config show` prints them).
     """
     if config_path is None:
-        return raw
+        return raw, []
     path = Path(config_path).parent / SETTINGS_FILE
     if not path.is_file():
-        return raw
+        return raw, []
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -292,6 +295,11 @@ def merge_settings_json(raw: dict[str, Any], config_path: Path | None) -> dict[s
             )
     run = raw.get("run", {})
     if not isinstance(run, dict):
-        return raw  # [run] is not a table: validation reports it
+        return raw, []  # [run] is not a table: validation reports it
     merged = {SETTINGS_KEYS[k]: v for k, v in settings.items()}
-    return {**raw, "run": {**merged, **run}}
+    notes = [
+        f"run.{key} = {json.dumps(value)} from {path}"
+        + (" (overridden by the TOML)" if key in run else "")
+        for key, value in merged.items()
+    ]
+    return {**raw, "run": {**merged, **run}}, notes

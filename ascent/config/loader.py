@@ -39,8 +39,9 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyCo
     for item in overrides:
         key = _apply_override(raw, item)
         override_keys.add(key)
+    notes: list[str] = []
     if "env" in raw:
-        raw = merge_settings_json(raw, Path(path) if path is not None else None)
+        raw, notes = merge_settings_json(raw, Path(path) if path is not None else None)
         root: type[BaseModel] = ClassicConfig
     else:
         root = LLMConfig
@@ -54,6 +55,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyCo
     except ValidationError as err:
         raise ConfigError(_describe(err, source, root, override_keys)) from None
     cfg._source = source
+    cfg._notes = notes
     return cfg
 
 
@@ -192,6 +194,7 @@ def dump_config(cfg: AnyConfig, fmt: str = "toml") -> str:
 
     body = tomli_w.dumps(strip_none(data, ""))
     kind = "classic PPO" if isinstance(cfg, ClassicConfig) else "LLM"
-    head = f"# resolved config ({kind} run) from {getattr(cfg, '_source', '?')}\n"
+    head = f"# resolved config ({kind} run) from {cfg.source}\n"
+    head += "".join(f"# {note}\n" for note in cfg._notes)
     foot = f"\n# unset (use their documented behaviour): {', '.join(unset)}\n" if unset else ""
     return head + body + foot

@@ -134,11 +134,16 @@ def test_settings_json_fills_run_and_the_toml_wins(tmp_path):
     assert load_config(path, ["run.threads=2"]).run.threads == 2  # so does --set
 
 
-def test_config_show_prints_the_merged_settings(tmp_path, run_cli):
-    write(tmp_path, '{"deterministic": true}', "settings.json")
-    code, out, _ = run_cli("config", "show", str(classic(tmp_path)))
+def test_config_show_prints_the_merged_settings_and_where_they_came_from(tmp_path, run_cli):
+    write(tmp_path, '{"deterministic": true, "device": "cpu"}', "settings.json")
+    code, out, _ = run_cli("config", "show", str(classic(tmp_path, '[run]\ndevice = "auto"\n')))
     assert code == 0
-    assert "deterministic = true" in out
+    assert "deterministic = true" in out and 'device = "auto"' in out
+    head = [line for line in out.splitlines() if line.startswith("# run.")]
+    assert head == [
+        f"# run.deterministic = true from {tmp_path / 'settings.json'}",
+        f'# run.device = "cpu" from {tmp_path / "settings.json"} (overridden by the TOML)',
+    ]
 
 
 def test_settings_json_applies_only_beside_the_config(tmp_path):
