@@ -92,7 +92,8 @@ def eval_(
         ),
     ] = None,
 ) -> None:
-    """Evaluate a trained policy: classic PPO runs play N greedy episodes (mean, std of return)."""
+    """Evaluate a policy: an LLM on [eval] problems (pass@k by rating band), or a classic PPO
+    run's greedy episodes (mean, std of return)."""
     from ascent.config import ClassicConfig, load_config
 
     if target.is_dir() and not (target / "config.toml").is_file():
@@ -100,10 +101,11 @@ def eval_(
     config_path = target / "config.toml" if target.is_dir() else target
     cfg = load_config(config_path, set_ or [])
     if not isinstance(cfg, ClassicConfig):
-        raise AscentError(
-            "ascent eval of LLM runs arrives with the evaluation harness; "
-            "for now it evaluates classic PPO runs (configs with [env])"
-        )
+        from ascent.evaluation import print_summary, run_eval
+
+        run_dir = target if target.is_dir() else None
+        print_summary(run_eval(cfg, run_dir=run_dir, checkpoint=checkpoint))
+        return
     from ascent.train.classic_eval import evaluate_classic
 
     run_path = target if target.is_dir() else Path(cfg.run.output_dir) / cfg.run.name

@@ -1,0 +1,63 @@
+"""Which row of the results table a problem belongs to.
+
+A problem with a rating goes to the rating band [low, high) that holds it (the last band
+includes its upper end). A problem without one is never given an invented rating: it is
+grouped by its difficulty label (a Codeforces problem letter, a CodeChef word), and the table
+says so; a problem with neither is "unrated".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+BandKind = Literal["rating", "label", "outside", "unrated"]
+# CodeChef-style words in increasing difficulty; other labels sort alphabetically after them.
+WORD_ORDER = ("EASY", "MEDIUM", "MEDIUM_HARD", "HARD", "VERY_HARD")
+NO_RATING = " (no rating)"
+
+
+@dataclass(frozen=True)
+class Band:
+    """One row of the table."""
+
+    label: str  # what the table prints
+    kind: BandKind
+    low: int | None = None  # rating bands only
+    high: int | None = None
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        if self.kind == "rating":
+            return (0, self.low or 0, 0, "")
+        if self.kind == "outside":
+            return (1, 0, 0, "")
+        if self.kind == "label":
+            name = self.label.removesuffix(NO_RATING)
+            word = WORD_ORDER.index(name.upper()) if name.upper() in WORD_ORDER else len(WORD_ORDER)
+            return (2, 0 if len(name) <= 2 else 1 + word, 0, name)
+        return (3, 0, 0, "")
+
+
+def band_of(rating: int | None, difficulty: str | None, bands: Sequence[tuple[int, int]]) -> Band:
+    """The table row of a problem with this rating (or None) and difficulty label (or None)."""
+    if rating is not None:
+        for i, (low, high) in enumerate(bands):
+            last = i == len(bands) - 1
+            if low <= rating < high or (last and rating == high):
+                closing = "]" if last else ")"
+                return Band(f"[{low}, {high}{closing}", "rating", low, high)
+        return Band("rating outside rating_bands", "outside")
+    if difficulty:
+        return Band(f"{difficulty}{NO_RATING}", "label")
+    return Band("unrated", "unrated")
+
+
+def label_note(bands: Sequence[Band]) -> str | None:
+    """The table's footnote when some rows are difficulty labels rather than ratings."""
+    if not any(b.kind == "label" for b in bands):
+        return None
+    return (
+        "no rating in the data: rows 'X (no rating)' group problems by their difficulty label "
+        "(a Codeforces problem letter or a CodeChef level), which is not a rating band"
+    )
