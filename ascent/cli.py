@@ -83,8 +83,9 @@ def eval_(
     ],
     set_: SetOption = None,
     episodes: Annotated[
-        int, typer.Option("--episodes", min=1, help="Episodes to run (classic PPO).")
-    ] = 10,
+        int | None,
+        typer.Option("--episodes", min=1, help="Episodes to run (classic PPO; default 10)."),
+    ] = None,
     checkpoint: Annotated[
         Path | None,
         typer.Option(
@@ -103,13 +104,18 @@ def eval_(
     if not isinstance(cfg, ClassicConfig):
         from ascent.evaluation import print_summary, run_eval
 
+        if episodes is not None:
+            raise AscentError(
+                "--episodes is for classic PPO runs; an LLM eval runs [eval] problems "
+                "(limit them with --set eval.limit=N)"
+            )
         run_dir = target if target.is_dir() else None
         print_summary(run_eval(cfg, run_dir=run_dir, checkpoint=checkpoint))
         return
     from ascent.train.classic_eval import evaluate_classic
 
     run_path = target if target.is_dir() else Path(cfg.run.output_dir) / cfg.run.name
-    result = evaluate_classic(cfg, run_path, checkpoint=checkpoint, episodes=episodes)
+    result = evaluate_classic(cfg, run_path, checkpoint=checkpoint, episodes=episodes or 10)
     typer.echo(result.describe())
 
 

@@ -196,7 +196,9 @@ def serve_forever(
 ) -> None:
     """Load the policy and serve it until Ctrl-C (what `ascent serve` runs)."""
     from ascent.api.local_policy import LocalPolicy
+    from ascent.train.runtime import configure_cpu
 
+    configure_cpu()  # torch's default thread count collapses when requests and scoring share cores
     policy = LocalPolicy.load(model_or_run_dir, name=name, device=device)
     server = PolicyServer(policy, host=host, port=port, max_batch=max_batch)
     print(

@@ -25,6 +25,12 @@ def resolve_threads(requested: int) -> int:
     return max(1, (os.cpu_count() or 1) // 2)
 
 
+def configure_cpu(threads: int = 0) -> None:
+    """Deliberate torch threads and denormal flushing, for any process that runs a model."""
+    torch.set_num_threads(resolve_threads(threads))
+    torch.set_flush_denormal(True)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -49,8 +55,7 @@ def seed_everything(seed: int) -> None:
 def setup_runtime(run: RunSection) -> torch.device:
     """Apply `[run]` (threads, denormals, seeds, determinism) and return the device to use."""
     device = resolve_device(run.device)
-    torch.set_num_threads(resolve_threads(run.threads))
-    torch.set_flush_denormal(True)
+    configure_cpu(run.threads)
     seed_everything(run.seed)
     if run.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

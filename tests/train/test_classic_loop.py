@@ -96,11 +96,11 @@ def test_eval_runs_greedy_episodes_and_prints_mean_and_std(tmp_path, run_cli):
     assert code == 2 and "without config.toml" in err
 
 
-def test_eval_of_an_llm_config_is_refused_for_now(tmp_path, run_cli):
+def test_episodes_option_is_refused_for_an_llm_eval(tmp_path, run_cli):
     path = tmp_path / "llm.toml"
     path.write_text("[train]\ntotal_steps = 1\n")
-    code, _, err = run_cli("eval", str(path))
-    assert code == 2 and "evaluation harness" in err
+    code, _, err = run_cli("eval", str(path), "--episodes", "3")
+    assert code == 2 and "--episodes is for classic PPO runs" in err
 
 
 def test_continuous_actions_train_on_pendulum(tmp_path):
