@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from ascent.config.llm import ArithmeticSection
-from ascent.data.problems import EVAL_BUCKETS, Problem, is_held_out
+from ascent.data.problems import Problem, is_held_out
 
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
@@ -20,18 +20,40 @@ def arithmetic_problem(a: int, op: str, b: int, digits: int) -> Problem:
     return Problem(key=key, prompt=f"{key}=", answer=str(_APPLY[op](a, b)))
 
 
+ENUMERATE_LIMIT = 2_000_000  # problem spaces up to this size are listed, not sampled
+
+
+def _held_out_pool(cfg: ArithmeticSection) -> list[Problem]:
+    high = 10**cfg.digits
+    every = (
+        arithmetic_problem(a, op, b, cfg.digits)
+        for op in cfg.operators
+        for a in range(high)
+        for b in range(high)
+    )
+    return [p for p in every if is_held_out(p.key)]
+
+
 def sample_arithmetic(
     cfg: ArithmeticSection, n: int, *, held_out: bool, seed: int, distinct: bool
 ) -> list[Problem]:
-    """`n` problems from one split; `distinct` forbids repeats (used for evaluation sets)."""
-    space = (10**cfg.digits) ** 2 * len(cfg.operators)
-    if distinct and n > space // EVAL_BUCKETS // 2:
-        raise ValueError(
-            f"eval_size: {n} distinct held-out problems asked, but {cfg.digits}-digit "
-            f"arithmetic has only about {space // EVAL_BUCKETS}; lower [data] eval_size "
-            "or raise [data.arithmetic] digits"
-        )
+    """`n` problems from one split; `distinct` forbids repeats (used for evaluation sets).
+
+    Training problems are drawn with repeats (2-digit addition has only 10,000). A distinct
+    set from a small space is drawn from the listed split, so asking for more problems than
+    the split holds is an error rather than an endless search.
+    """
     rng = random.Random(seed)
+    space = (10**cfg.digits) ** 2 * len(cfg.operators)
+    if distinct and held_out and space <= ENUMERATE_LIMIT:
+        pool = _held_out_pool(cfg)
+        if n > len(pool):
+            raise ValueError(
+                f"eval_size: {n} distinct held-out problems asked, but {cfg.digits}-digit "
+                f"arithmetic has {len(pool)}; lower [data] eval_size or raise "
+                "[data.arithmetic] digits"
+            )
+        return rng.sample(pool, n)
     high = 10**cfg.digits - 1
     problems: list[Problem] = []
     seen: set[str] = set()

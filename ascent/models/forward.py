@@ -77,5 +77,5 @@ def response_logprobs(
         logits = _full_logits(model, batch)
     logits = logits / temperature
     logp = logprobs_from_logits(logits, batch.response_ids)
-    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
+    entropy = entropy_from_logits(logits) if with_entropy else None
     return logp, entropy

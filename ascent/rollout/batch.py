@@ -63,5 +63,15 @@ class RolloutBatch:
         """The batch restricted to `rows` (an index tensor or a slice), e.g. a micro-batch."""
         return RolloutBatch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
+    def narrow(self, width: int) -> RolloutBatch:
+        """The batch with response columns cut to the first `width` (e.g. the longest row)."""
+        cut = {"response_ids", "response_mask", "logprobs"}
+        return RolloutBatch(
+            **{
+                f.name: getattr(self, f.name)[:, :width] if f.name in cut else getattr(self, f.name)
+                for f in fields(self)
+            }
+        )
+
     def to(self, device: torch.device) -> RolloutBatch:
         return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})

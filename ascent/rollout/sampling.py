@@ -67,5 +67,8 @@ def sample_next(
         tokens = scaled.argmax(-1)
     else:
         probs = torch.softmax(_truncate(scaled, params.top_k, params.top_p), dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        # The exponential race: argmax p_i / E_i with E_i ~ Exp(1) draws i with probability
+        # p_i (the Gumbel-max trick); one kernel instead of multinomial's much slower sampler.
+        race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+        tokens = (probs / race).argmax(-1)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)

@@ -1,0 +1,74 @@
+"""Held-out evaluation: greedy completions of the held-out problems, scored by the run's reward.
+
+A completion counts as correct when every reward function that judges correctness (math,
+countdown, code: their detail dict has a `correct` flag) says so. Accuracy is None when no
+reward function judges correctness (a custom reward); the mean reward is always reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from ascent.data import Problem, reward_columns
+from ascent.rewards import CompositeReward
+from ascent.rollout import RolloutEngine, SamplingParams
+from ascent.train.llm_setup import LLMRun
+
+EVAL_CHUNK = 256  # prompts decoded at once
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float | None  # fraction of problems solved, in [0, 1]
+    reward: float  # mean total reward
+    samples: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    def metrics(self) -> dict[str, float]:
+        out = {"eval/reward": self.reward}
+        if self.accuracy is not None:
+            out["eval/accuracy"] = self.accuracy
+        return out
+
+
+def is_correct(details: dict[str, dict[str, Any]]) -> bool | None:
+    """Every judging reward says correct (None: no reward judges correctness)."""
+    flags = [d["correct"] for d in details.values() if isinstance(d, dict) and "correct" in d]
+    return all(flags) if flags else None
+
+
+@torch.no_grad()
+def evaluate(
+    engine: RolloutEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    reward: CompositeReward,
+    problems: list[Problem],
+    max_new_tokens: int,
+) -> EvalResult:
+    """Greedy-decode every problem once and score it."""
+    params = SamplingParams(max_new_tokens, greedy=True)
+    completions: list[str] = []
+    for start in range(0, len(problems), EVAL_CHUNK):
+        chunk = problems[start : start + EVAL_CHUNK]
+        ids = tokenizer([p.prompt for p in chunk], add_special_tokens=True)["input_ids"]
+        batch = engine.generate(ids, list(range(len(chunk))), 1, params)
+        completions += tokenizer.batch_decode(batch.response_ids, skip_special_tokens=True)
+    out = reward([p.prompt for p in problems], completions, **reward_columns(problems))
+    verdicts = [is_correct(d) for d in out.details]
+    judged = [v for v in verdicts if v is not None]
+    accuracy = sum(judged) / len(judged) if judged else None
+    samples = [
+        {"prompt": p.prompt, "completion": c, "answer": p.answer, "reward": r, "correct": v}
+        for p, c, r, v in zip(problems, completions, out.total, verdicts, strict=True)
+    ]
+    return EvalResult(accuracy, sum(out.total) / max(1, len(out.total)), samples)
+
+
+def eval_policy(run: LLMRun) -> EvalResult:
+    """`evaluate` on a run's held-out split, at the run's max_new_tokens."""
+    return evaluate(
+        run.engine, run.tokenizer, run.reward, run.task.eval, run.cfg.rollout.max_new_tokens
+    )

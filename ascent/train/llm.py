@@ -1,0 +1,230 @@
+"""The LLM RL loop: one trainer for every recipe in `examples/`.
+
+    before = evaluate(held-out)
+    for step in 1..total_steps:
+        rl_step: prompts -> rollouts -> rewards -> advantages -> update   (llm_step.py)
+        log metrics; dump samples every sample_every; evaluate every eval_steps;
+        checkpoint every save_steps (the best one kept by validation reward)
+    after = evaluate(held-out); summary.json
+
+Ctrl-C finishes the current step, saves a checkpoint and exits; a second Ctrl-C aborts at
+once. `ascent train CONFIG --resume RUN_DIR` restores weights, optimiser, schedule, RNG
+streams and data position, and continues as if never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers.utils import logging as hf_logging
+
+from ascent.config.llm import LLMConfig
+from ascent.observe.metrics import MetricsLogger
+from ascent.observe.progress import TrainProgress
+from ascent.train.checkpoint import (
+    capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from ascent.train.evaluate import EvalResult, eval_policy
+from ascent.train.llm_setup import LLMRun, build_run
+from ascent.train.llm_step import rl_step, sample_rows
+from ascent.train.rundir import RunDir
+from ascent.train.runtime import resolve_device
+
+PROGRESS_FIELDS = {
+    "reward": "reward",
+    "kl": "kl",
+    "completions/mean_length": "len",
+    "tokens_per_s": "tok/s",
+    "eval/accuracy": "eval acc",
+}
+
+
+@dataclass
+class Progress:
+    """What the loop carries from step to step (checkpointed with the weights)."""
+
+    step: int = 0
+    wall_s: float = 0.0  # training time of earlier sessions of this run (resumes)
+    before: dict[str, float] = field(default_factory=dict)  # eval metrics before RL
+    last_eval: dict[str, float] = field(default_factory=dict)
+    last_eval_step: int = -1
+
+
+@contextmanager
+def stop_requests() -> Iterator[dict[str, bool]]:
+    """The first Ctrl-C asks the loop to stop after the current step; the second aborts."""
+    flag = {"stop": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if flag["stop"]:
+            raise KeyboardInterrupt
+        flag["stop"] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _state(run: LLMRun, progress: Progress) -> dict[str, Any]:
+    return {
+        "progress": vars(progress).copy(),
+        "model": run.policy.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "rng": capture_rng_state(),
+        "generator": run.generator.get_state(),
+        "sampler": run.sampler.state_dict(),
+    }
+
+
+def _restore(run: LLMRun, path: Path) -> Progress:
+    state = load_checkpoint(path)
+    run.policy.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    restore_rng_state(state["rng"])
+    run.generator.set_state(state["generator"])
+    run.sampler.load_state_dict(state["sampler"])
+    return Progress(**state["progress"])
+
+
+def _save(run: LLMRun, run_dir: RunDir, progress: Progress) -> Path:
+    fresh = progress.last_eval_step == progress.step
+    return save_checkpoint(
+        run_dir.checkpoints,
+        progress.step,
+        _state(run, progress),
+        metric=progress.last_eval.get("eval/reward") if fresh else None,
+        keep_last=run.cfg.train.keep_last,
+    )
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _evaluate(run: LLMRun, run_dir: RunDir, progress: Progress, label: str) -> EvalResult:
+    result = eval_policy(run)
+    progress.last_eval, progress.last_eval_step = result.metrics(), progress.step
+    _write_jsonl(run_dir.samples_dir / f"eval-{label}.jsonl", result.samples)
+    return result
+
+
+def _accuracy_line(when: str, result: dict[str, float], n: int, before: dict[str, float]) -> str:
+    acc = result.get("eval/accuracy")
+    if acc is None:
+        return f"held-out reward {when} RL: {result['eval/reward']:.3f} ({n} problems)"
+    line = f"held-out accuracy {when} RL: {acc:.1%} ({n} problems)"
+    if "eval/accuracy" in before and when == "after":
+        line += f", {100 * (acc - before['eval/accuracy']):+.1f} points"
+    return line
+
+
+class _Clock:
+    """Wall time of the run across sessions: earlier sessions' total plus this one's."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.base = progress.wall_s
+        self.t0 = time.perf_counter()
+
+    def tick(self) -> float:
+        self.progress.wall_s = self.base + time.perf_counter() - self.t0
+        return self.progress.wall_s
+
+
+def _loop(
+    run: LLMRun, run_dir: RunDir, progress: Progress, log: MetricsLogger, bar, stop, clock
+) -> None:
+    t, every = run.cfg.train, run.cfg.logging
+    while progress.step < t.total_steps and not stop["stop"]:
+        progress.step += 1
+        metrics, scored = rl_step(run, progress.step)
+        last = progress.step == t.total_steps
+        if (t.eval_steps and progress.step % t.eval_steps == 0) or last:
+            metrics.update(_evaluate(run, run_dir, progress, f"step-{progress.step:06d}").metrics())
+        log.log(progress.step, metrics)
+        bar.update(progress.step, metrics)
+        if every.sample_every and progress.step % every.sample_every == 0:
+            rows = sample_rows(scored, progress.step, every.num_samples)
+            _write_jsonl(run_dir.samples_dir / f"step-{progress.step:06d}.jsonl", rows)
+        if (t.save_steps and progress.step % t.save_steps == 0) or last:
+            clock.tick()
+            _save(run, run_dir, progress)
+
+
+def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
+    """Train `cfg` in `run_dir` (resuming it when `run_dir.resume_from` is set).
+
+    Returns the summary it writes to `run_dir/summary.json`: eval_accuracy_before/after
+    (fractions of the held-out split; None when the reward does not judge correctness),
+    eval_reward_before/after, steps, wall_s (all sessions of the run), the final metrics
+    and the run's paths.
+    """
+    hf_logging.disable_progress_bar()
+    run = build_run(cfg, resolve_device(cfg.run.device))
+    resuming = run_dir.resume_from is not None
+    progress = _restore(run, run_dir.resume_from) if resuming else Progress()
+    clock = _Clock(progress)
+    n_eval = len(run.task.eval)
+    log = MetricsLogger(
+        run_dir, cfg.logging, config=cfg.model_dump(mode="json"),
+        resume_step=progress.step if resuming else None,
+    )  # fmt: skip
+    bar = TrainProgress(
+        cfg.train.total_steps, PROGRESS_FIELDS, enabled=cfg.logging.progress, start=progress.step
+    )
+    with run.reward, log, stop_requests() as stop, bar:
+        if not progress.before:
+            progress.before = _evaluate(run, run_dir, progress, "before").metrics()
+        bar.print(_accuracy_line("before", progress.before, n_eval, {}))
+        _loop(run, run_dir, progress, log, bar, stop, clock)
+        if stop["stop"]:
+            clock.tick()
+            _save(run, run_dir, progress)
+        else:
+            bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
+        summary = _summary(run, progress, log, clock.tick(), interrupted=stop["stop"])
+    run_dir.write_summary(summary)
+    if stop["stop"]:
+        print(
+            f"interrupted after step {progress.step}: checkpoint saved; continue with "
+            f"`ascent train CONFIG --resume {run_dir.path}`"
+        )
+        raise KeyboardInterrupt
+    return summary
+
+
+def _summary(
+    run: LLMRun, progress: Progress, log: MetricsLogger, wall: float, *, interrupted: bool
+) -> dict[str, Any]:
+    after = progress.last_eval if progress.last_eval_step == progress.step else {}
+    return {
+        "eval_accuracy_before": progress.before.get("eval/accuracy"),
+        "eval_accuracy_after": after.get("eval/accuracy"),
+        "eval_reward_before": progress.before.get("eval/reward"),
+        "eval_reward_after": after.get("eval/reward"),
+        "eval_problems": len(run.task.eval),
+        "steps": progress.step,
+        "total_steps": run.cfg.train.total_steps,
+        "wall_s": round(wall, 2),
+        "interrupted": interrupted,
+        "final_metrics": {k: v for k, v in log.last.items() if k != "step"},
+    }

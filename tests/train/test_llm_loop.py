@@ -1,0 +1,159 @@
+"""The LLM trainer end to end on the shipped tiny model: seconds per test on a CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from ascent.config import load_config
+from ascent.models import load_policy
+from ascent.train import llm_step
+from ascent.train.checkpoint import latest_checkpoint, load_checkpoint
+from ascent.train.llm import train_llm
+from ascent.train.llm_setup import build_run
+from ascent.train.llm_step import collect, make_train_batch, score
+from ascent.train.llm_update import update_policy
+from ascent.train.rundir import RunDir
+
+SHORT = [
+    "train.total_steps=4",
+    "train.batch_size=16",
+    "train.micro_batch_size=16",
+    "train.eval_steps=2",
+    "train.save_steps=2",
+    "data.eval_size=24",
+    "rollout.max_new_tokens=4",
+    "logging.progress=false",
+    "logging.sample_every=2",
+]
+
+
+def config(tmp_path, *overrides: str, name: str = "run"):
+    return load_config(
+        None, [*SHORT, f'run.output_dir="{tmp_path}"', f"run.name={name}", *overrides]
+    )
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def test_short_grpo_run_writes_metrics_samples_checkpoints_and_summary(tmp_path):
+    cfg = config(tmp_path)
+    run_dir = RunDir.create(cfg)
+    summary = train_llm(cfg, run_dir)
+
+    assert summary["steps"] == 4 and summary["wall_s"] > 0
+    for key in ("eval_accuracy_before", "eval_accuracy_after"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert json.loads(run_dir.summary_path.read_text())["paths"]["run_dir"] == str(run_dir.path)
+    rows = [json.loads(line) for line in run_dir.metrics_path.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for name in ("reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio",
+                 "completions/mean_length", "adv_std", "loss", "grad_norm", "lr",
+                 "tokens_per_s", "reward/math"):  # fmt: skip
+        assert name in rows[-1], name
+    assert "kl" not in rows[-1]  # kl_coef = 0: no reference model, no KL to report
+    assert "eval/accuracy" in rows[1] and "eval/accuracy" not in rows[0]
+    assert sorted(p.name for p in run_dir.samples_dir.iterdir()) == [
+        "eval-before.jsonl", "eval-step-000002.jsonl", "eval-step-000004.jsonl",
+        "step-000002.jsonl", "step-000004.jsonl",
+    ]  # fmt: skip
+    assert latest_checkpoint(run_dir.path).name == "step-000004"
+
+
+def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path):
+    straight = config(tmp_path, name="straight")
+    train_llm(straight, RunDir.create(straight))
+
+    first = config(tmp_path, "train.total_steps=4", name="split")
+    half = first.model_copy(update={"train": first.train.model_copy(update={"total_steps": 2})})
+    train_llm(half, RunDir.create(half))
+    resumed = RunDir.create(first, resume=tmp_path / "split")
+    assert resumed.resume_from.name == "step-000002"
+    train_llm(first, resumed)
+
+    a = weights(tmp_path / "straight" / "checkpoints" / "step-000004")
+    b = weights(tmp_path / "split" / "checkpoints" / "step-000004")
+    assert_same(a, b)
+    start = load_policy(straight.model, torch.device("cpu")).state_dict()
+    assert any(not torch.allclose(a[k], start[k], atol=1e-5) for k in a)  # it did train
+    steps = [json.loads(x)["step"] for x in (tmp_path / "split" / "metrics.jsonl").open()]
+    assert steps == [1, 2, 3, 4]
+
+
+def one_update(cfg, **parts) -> dict[str, torch.Tensor]:
+    """The policy's weights after one RL step from the same rollouts."""
+    run = build_run(cfg, torch.device("cpu"))
+    if parts:
+        run.parts = run.parts.__class__(**{**vars(run.parts), **parts})
+    rollout, problems = collect(run)
+    batch, _ = make_train_batch(run, score(run, rollout, problems))
+    update_policy(run, batch, step=1)
+    run.reward.close()
+    return {k: v.clone() for k, v in run.policy.state_dict().items()}
+
+
+def assert_same(a, b, atol=1e-6):
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=atol, rtol=0), name
+
+
+@pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
+def test_update_does_not_depend_on_the_micro_batch_split(tmp_path, agg):
+    whole = one_update(config(tmp_path, f'algorithm.loss_agg="{agg}"'))
+    split = one_update(config(tmp_path, f'algorithm.loss_agg="{agg}"', "train.micro_batch_size=4"))
+    assert_same(whole, split)
+
+
+def test_skipping_zero_advantage_completions_gives_the_same_update(tmp_path):
+    cfg = config(tmp_path, "train.batch_size=32", "train.micro_batch_size=8")
+    run = build_run(cfg, torch.device("cpu"))
+    assert run.parts.skip_zero_advantage
+    assert_same(one_update(cfg), one_update(cfg, skip_zero_advantage=False))
+
+
+def test_no_forward_pass_recomputes_old_logprobs(tmp_path, monkeypatch):
+    calls = []
+    original = llm_step.policy_logprobs
+    monkeypatch.setattr(llm_step, "policy_logprobs", lambda *a: calls.append(1) or original(*a))
+    one_update(config(tmp_path))  # one update per batch: old = current policy
+    one_update(
+        config(
+            tmp_path, "train.ppo_epochs=2", "train.mini_batch_size=8", "train.micro_batch_size=8"
+        )
+    )
+    assert calls == []  # the engine's log-probs are the policy's own
+    one_update(config(tmp_path, "algorithm.kl_coef=0.01"))
+    assert calls == [1]  # the reference model's log-probs, once per batch
+
+
+def test_kl_to_the_reference_is_logged_and_penalised_when_kl_coef_is_set(tmp_path):
+    cfg = config(tmp_path, "algorithm.kl_coef=0.05", "train.total_steps=2")
+    run_dir = RunDir.create(cfg)
+    train_llm(cfg, run_dir)
+    rows = [json.loads(x) for x in run_dir.metrics_path.open()]
+    assert all(r["kl"] >= 0 for r in rows) and rows[-1]["kl"] > 0
+
+
+def test_ctrl_c_finishes_the_step_saves_and_exits(tmp_path, monkeypatch):
+    cfg = config(tmp_path, "train.save_steps=0")
+    original = llm_step.rl_step
+
+    def interrupted(run, step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(run, step)
+
+    monkeypatch.setattr("ascent.train.llm.rl_step", interrupted)
+    run_dir = RunDir.create(cfg)
+    with pytest.raises(KeyboardInterrupt):
+        train_llm(cfg, run_dir)
+    assert latest_checkpoint(run_dir.path).name == "step-000002"
+    summary = json.loads(run_dir.summary_path.read_text())
+    assert summary["interrupted"] and summary["steps"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
