@@ -85,12 +85,27 @@ class DataSection(Section):
     )
     eval_size: int = Field(200, ge=1, description="Held-out problems for evaluation.")
     shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
+    prompt_template: str = Field(
+        "{prompt}",
+        description="Format string for what the policy sees: {prompt} is the task's prompt; "
+        "the task's columns ({numbers}, {target}) may also be used.",
+    )
     arithmetic: ArithmeticSection = Field(
         default_factory=ArithmeticSection, description="Arithmetic task settings."
     )
     countdown: CountdownSection = Field(
         default_factory=CountdownSection, description="Countdown task settings."
     )
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_has_prompt(cls, value: str) -> str:
+        if "{prompt}" not in value:
+            raise ValueError(
+                "[data] prompt_template must contain {prompt} (the task's question), "
+                'e.g. "Question: {prompt}\\nAnswer:"'
+            )
+        return value
 
     @field_validator("task")
     @classmethod
@@ -281,6 +296,35 @@ class LLMConfig(Section):
             if name not in registry:
                 raise ValueError(f"[algorithm] {field}: {registry.unknown_message(name)}")
         return alg
+
+    @field_validator("rollout")
+    @classmethod
+    def _engine_available(cls, rollout: RolloutSection) -> RolloutSection:
+        from ascent.rollout import ENGINES
+
+        if rollout.engine not in ENGINES:
+            raise ValueError(
+                f"[rollout] engine: '{rollout.engine}' is not available yet; "
+                f"valid: {', '.join(ENGINES.names())}"
+            )
+        return rollout
+
+    @model_validator(mode="after")
+    def _task_reward_and_checkpoints(self) -> LLMConfig:
+        if self.data.task == "countdown" and "countdown" not in self.reward.functions:
+            raise ValueError(
+                "[reward] functions: the countdown task is scored by the countdown reward; "
+                'set functions = ["countdown"]'
+            )
+        t = self.train
+        if t.save_steps and t.eval_steps and t.save_steps % t.eval_steps:
+            fix = max(1, t.save_steps // t.eval_steps) * t.eval_steps
+            raise ValueError(
+                f"[train] save_steps: {t.save_steps} is not a multiple of eval_steps "
+                f"({t.eval_steps}), so some checkpoints would have no validation reward to "
+                f"rank them by; try save_steps = {fix}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_arithmetic(self) -> LLMConfig:

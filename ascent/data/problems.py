@@ -36,3 +36,18 @@ def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
     for name in sorted({k for p in problems for k in p.columns}):
         columns[name] = [p.columns.get(name) for p in problems]
     return columns
+
+
+def render_prompt(template: str, problem: Problem) -> str:
+    """What the policy sees: `template` with {prompt} and the problem's columns filled in.
+
+    The gold answer is deliberately not available to the template.
+    """
+    try:
+        return template.format(prompt=problem.prompt, **problem.columns)
+    except (KeyError, IndexError) as err:
+        have = ", ".join(["prompt", *sorted(problem.columns)])
+        raise ValueError(
+            f"prompt_template uses {{{err.args[0]}}}, which this task does not provide; "
+            f"available: {have}"
+        ) from None

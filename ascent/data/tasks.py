@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ascent.config.llm import DataSection
 from ascent.data.arithmetic import sample_arithmetic
 from ascent.data.countdown import sample_countdown
-from ascent.data.problems import Problem
+from ascent.data.problems import Problem, render_prompt
 from ascent.errors import ConfigError
 from ascent.registry import Registry
 
@@ -41,6 +41,7 @@ def load_task(cfg: DataSection, seed: int) -> TaskData:
     try:
         train = sample(cfg, cfg.train_size, held_out=False, seed=seed, distinct=False)
         held_out = sample(cfg, cfg.eval_size, held_out=True, seed=EVAL_SEED, distinct=True)
+        render_prompt(cfg.prompt_template, held_out[0])  # a bad template fails here, not mid-run
     except ValueError as err:
         raise ConfigError(f"[data] {err}") from None
     return TaskData(train=train, eval=held_out)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.data import Problem, reward_columns
+from ascent.data import Problem, render_prompt, reward_columns
 from ascent.rewards import CompositeReward
 from ascent.rollout import RolloutEngine, SamplingParams
 from ascent.train.llm_setup import LLMRun
@@ -47,16 +47,18 @@ def evaluate(
     reward: CompositeReward,
     problems: list[Problem],
     max_new_tokens: int,
+    template: str = "{prompt}",
 ) -> EvalResult:
-    """Greedy-decode every problem once and score it."""
+    """Greedy-decode every problem once (its prompt in `template`) and score it."""
     params = SamplingParams(max_new_tokens, greedy=True)
+    prompts = [render_prompt(template, p) for p in problems]
     completions: list[str] = []
     for start in range(0, len(problems), EVAL_CHUNK):
-        chunk = problems[start : start + EVAL_CHUNK]
-        ids = tokenizer([p.prompt for p in chunk], add_special_tokens=True)["input_ids"]
+        chunk = prompts[start : start + EVAL_CHUNK]
+        ids = tokenizer(chunk, add_special_tokens=True)["input_ids"]
         batch = engine.generate(ids, list(range(len(chunk))), 1, params)
         completions += tokenizer.batch_decode(batch.response_ids, skip_special_tokens=True)
-    out = reward([p.prompt for p in problems], completions, **reward_columns(problems))
+    out = reward(prompts, completions, **reward_columns(problems))
     verdicts = [is_correct(d) for d in out.details]
     judged = [v for v in verdicts if v is not None]
     accuracy = sum(judged) / len(judged) if judged else None
@@ -69,6 +71,12 @@ def evaluate(
 
 def eval_policy(run: LLMRun) -> EvalResult:
     """`evaluate` on a run's held-out split, at the run's max_new_tokens."""
+    cfg = run.cfg
     return evaluate(
-        run.engine, run.tokenizer, run.reward, run.task.eval, run.cfg.rollout.max_new_tokens
+        run.engine,
+        run.tokenizer,
+        run.reward,
+        run.task.eval,
+        cfg.rollout.max_new_tokens,
+        cfg.data.prompt_template,
     )

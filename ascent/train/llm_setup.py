@@ -25,7 +25,7 @@ from ascent.algos import (
     PolicyLossParams,
 )
 from ascent.config.llm import LLMConfig, OptimSection
-from ascent.data import PromptSampler, TaskData, load_task
+from ascent.data import Problem, PromptSampler, TaskData, load_task, render_prompt
 from ascent.models import load_policy, load_reference, load_tokenizer
 from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
@@ -116,6 +116,9 @@ class LLMRun:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, add_special_tokens=True)["input_ids"]
+
+    def prompt_text(self, problem: Problem) -> str:
+        return render_prompt(self.cfg.data.prompt_template, problem)
 
 
 def updates_per_step(cfg: LLMConfig) -> int:

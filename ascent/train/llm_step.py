@@ -50,7 +50,7 @@ class Scored:
 def collect(run: LLMRun) -> tuple[RolloutBatch, list[Problem]]:
     """Sample group_size completions for each of the step's prompts."""
     drawn = run.sampler.draw(run.prompts_per_step)
-    prompts = run.encode([d.problem.prompt for d in drawn])
+    prompts = run.encode([run.prompt_text(d.problem) for d in drawn])
     rollout = run.engine.generate(
         prompts, [d.uid for d in drawn], run.cfg.rollout.group_size, run.sampling, run.generator
     )
@@ -60,7 +60,7 @@ def collect(run: LLMRun) -> tuple[RolloutBatch, list[Problem]]:
 
 def score(run: LLMRun, rollout: RolloutBatch, problems: list[Problem]) -> Scored:
     completions = run.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
-    prompts = [p.prompt for p in problems]
+    prompts = [run.prompt_text(p) for p in problems]
     rewards = run.reward(prompts, completions, **reward_columns(problems))
     return Scored(rollout, problems, completions, rewards)
 
@@ -166,7 +166,7 @@ def sample_rows(scored: Scored, step: int, limit: int) -> list[dict[str, Any]]:
             {
                 "step": step,
                 "group": int(scored.rollout.group_ids[i]),
-                "prompt": scored.problems[i].prompt,
+                "prompt": scored.problems[i].prompt,  # the task's prompt, before the template
                 "completion": scored.completions[i],
                 "answer": scored.problems[i].answer,
                 "reward": scored.rewards.total[i],

@@ -75,3 +75,27 @@ def test_sampler_resumes_exactly_and_reshuffles_each_epoch():
     epoch0 = [d.problem.key for d in PromptSampler(problems, seed=5, shuffle=True).draw(10)]
     epoch1 = [d.problem.key for d in rest[3:13]]
     assert sorted(epoch0) == sorted(epoch1) and epoch0 != epoch1
+
+
+def test_prompt_template_wraps_the_prompt_and_may_use_columns_but_not_the_answer():
+    from ascent.data import render_prompt
+
+    problem = load_task(DataSection(task="countdown", train_size=1, eval_size=1), 0).train[0]
+    text = render_prompt("Numbers {numbers}, target {target}. {prompt}", problem)
+    assert text.endswith(problem.prompt) and str(problem.columns["target"]) in text
+    with pytest.raises(ValueError, match=r"uses \{answer\}.*available: prompt, numbers, target"):
+        render_prompt("{prompt} {answer}", problem)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (['rollout.engine="vllm"'], "engine: 'vllm' is not available yet; valid: transformers"),
+        (['data.task="countdown"'], 'countdown reward; set functions = \\["countdown"\\]'),
+        (["train.save_steps=75", "train.eval_steps=50"], "try save_steps = 50"),
+        (['data.prompt_template="Q:"'], "must contain \\{prompt\\}"),
+    ],
+)
+def test_settings_the_trainer_cannot_honour_are_refused_at_load_time(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
