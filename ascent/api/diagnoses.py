@@ -1,9 +1,13 @@
 """What went wrong on the API channel, as one line that says what to do.
 
-Each failure users hit most has its own `ApiError` subclass and message (tested one by one in
-tests/api/test_diagnoses.py). `diagnose` maps an exception from the `openai` client (or a bad
-answer) to one of them; `is_transient` and `retry_after` tell the client whether and when to
-retry. Server-provided text is scrubbed of anything key-shaped before it reaches a message.
+Each failure users hit most has its own `ApiError` subclass and message (tested one by one
+against a scripted server in tests/api/test_client_faults.py). `diagnose` maps an exception
+from the `openai` client (or a bad answer) to one of them; `is_transient` and `retry_after`
+tell the client whether and when to retry. An unknown model is recognised whether the
+endpoint answers 404 (OpenAI, vLLM) or 400 (OpenRouter's "not a valid model ID", DeepSeek's
+"Model Not Exist"); either way /models is asked for the names it serves, and the role's
+fallback model applies. Server-provided text is scrubbed of anything key-shaped before it
+reaches a message.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ class RateLimitedError(ApiError):
 
 
 class ServerError(ApiError):
-    """5xx after every retry."""
+    """5xx, 408 or 409 after every retry: the endpoint's side keeps failing."""
 
     model_level = True
 
@@ -206,6 +210,29 @@ _MAX_TOKENS_PAT = re.compile(
 )
 
 
+_UNKNOWN_MODEL_PAT = re.compile(
+    r"\bmodel\b.*\b(not found|not exist|does ?n[o']t exist|not (a )?valid|unknown|no such)\b|"
+    r"\b(invalid|unknown|no such) model\b|\bmodel[ _-]?id\b|\bmodel_not_found\b",
+    re.IGNORECASE,
+)
+_REASONS = {408: "Request Timeout", 409: "Conflict"}
+
+
+def names_unknown_model(said: str, code: object = None) -> bool:
+    """Whether an error text (or code) says the model name is unknown or invalid.
+
+    OpenAI says "The model `x` does not exist", OpenRouter "x is not a valid model ID",
+    DeepSeek "Model Not Exist", vLLM "The model `x` does not exist."
+    """
+    return code == "model_not_found" or bool(_UNKNOWN_MODEL_PAT.search(said))
+
+
+def _error_code(exc: BaseException) -> object:
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    return err.get("code") if isinstance(err, dict) else None
+
+
 async def diagnose(
     exc: BaseException,
     ctx: CallContext,
@@ -284,8 +311,6 @@ async def _diagnose_status(
             f"later or set [models.{ctx.role}] fallback",
             attempts=attempts,
         )
-    if status == 404:
-        return await _diagnose_404(ctx, where, said, attempts, list_models)
     if status in (400, 413, 422) and _MAX_TOKENS_PAT.search(said):
         limit = re.search(r"(?:at most|maximum context length is|limit(?: is| of)?)\s*(\d+)", said)
         asked = f"max_tokens={ctx.max_tokens}" if ctx.max_tokens is not None else "max_tokens"
@@ -295,29 +320,56 @@ async def _diagnose_status(
             f"max_tokens / [rollout] max_new_tokens or shorten the prompt (server: {said})",
             attempts=attempts,
         )
+    about_model = status in (400, 404) and names_unknown_model(said, _error_code(exc))
+    if status == 404 or about_model:
+        return await _diagnose_not_found(
+            ctx, where, status, said, about_model, attempts, list_models
+        )
+    if status in RETRY_STATUS:  # 408 / 409 after every retry
+        return ServerError(
+            f"{where}: {status} {_REASONS.get(status, '')}{retries} ({said}); a transient "
+            "failure on the endpoint's side, not a fault in the request: retry later, raise "
+            f"[api] max_retries, or set [models.{ctx.role}] fallback",
+            attempts=attempts,
+        )
     return RequestRejectedError(
         f"{where}: request rejected with {status}: {said}; fix the request or the model's settings",
         attempts=attempts,
     )
 
 
-async def _diagnose_404(ctx: CallContext, where: str, said: str, attempts: int, list_models):
-    """A 404 is either a wrong base_url or an unknown model: /models tells which."""
+async def _diagnose_not_found(
+    ctx: CallContext,
+    where: str,
+    status: int,
+    said: str,
+    about_model: bool,
+    attempts: int,
+    list_models: Callable[[], Awaitable[list[str]]] | None,
+) -> ApiError:
+    """A 404, or a 400 about the model: a wrong base_url or an unknown model; /models tells."""
     available: list[str] | None = None
     if list_models is not None:
         try:
             available = await list_models()
         except Exception:
             available = None
-    if available:
-        if ctx.model in available:
-            return BaseUrlError(
-                f"{where}: 404 for chat completions although /models lists {ctx.model}; "
-                f"base_url {ctx.base_url} may serve only part of the API ({said})",
-                attempts=attempts,
-            )
+    if available and ctx.model not in available:
         return unknown_model(ctx, available, attempts)
-    if "model" in said.lower() and not available and "not found" in said.lower():
+    if available and about_model:
+        return UnknownModelError(
+            f"{where}: {status}: the endpoint refuses model {ctx.model!r} although /models lists "
+            f"it ({said}); it may not serve chat completions: pick another model in [models] "
+            f"or set [models.{ctx.role}] fallback",
+            attempts=attempts,
+        )
+    if available:
+        return BaseUrlError(
+            f"{where}: 404 for chat completions although /models lists {ctx.model}; "
+            f"base_url {ctx.base_url} may serve only part of the API ({said})",
+            attempts=attempts,
+        )
+    if about_model:
         return UnknownModelError(
             f"{where}: the endpoint does not know model {ctx.model!r} ({said}); check the "
             "model name in [models] (the endpoint does not list its models)",

@@ -135,6 +135,63 @@ def test_unknown_model_when_models_is_not_listed(server):
         run(chat_once(make_client(server.url, model="foo")))
 
 
+def _openrouter_unknown(seen):
+    model = seen.body["model"]
+    if model == "deepseek/deepseek-chat":
+        return ok("from fallback", model=model)
+    return Reply(400, {"error": {"message": f"{model} is not a valid model ID", "code": 400}})
+
+
+def test_400_not_a_valid_model_id_is_an_unknown_model_with_the_list(server):
+    server.default(CHAT, _openrouter_unknown)
+    server.default(MODELS, Reply(200, models_body("deepseek/deepseek-r1", "openai/gpt-4o")))
+    with pytest.raises(d.UnknownModelError) as err:
+        run(chat_once(make_client(server.url, model="deepseek/deepseek-r2")))
+    assert str(err.value) == (
+        f"role solver: model 'deepseek/deepseek-r2' is not served by {server.url[7:]}; closest "
+        "of the 2 listed: deepseek/deepseek-r1; fix the name in [models]"
+    )
+    assert server.count(CHAT) == 1 and server.count(MODELS) == 1  # not retried; /models asked
+
+
+def test_400_unknown_model_falls_back_to_the_roles_fallback(server):
+    server.default(CHAT, _openrouter_unknown)
+    server.default(MODELS, Reply(200, models_body("deepseek/deepseek-chat")))
+    client = make_client(
+        server.url, model="deepseek/deepseek-r2", fallback="deepseek/deepseek-chat"
+    )
+    result = run(chat_once(client))
+    assert result.used_fallback and result.text == "from fallback"
+    assert [s.body["model"] for s in server.requests(CHAT)] == [
+        "deepseek/deepseek-r2",
+        "deepseek/deepseek-chat",
+    ]
+
+
+def test_400_model_not_exist_when_models_is_not_listed(server):
+    server.default(CHAT, Reply(400, {"error": {"message": "Model Not Exist"}}))
+    with pytest.raises(d.UnknownModelError) as err:
+        run(chat_once(make_client(server.url, model="deepseek-r2")))
+    assert str(err.value) == (
+        f"role solver (deepseek-r2) at {server.url[7:]}: the endpoint does not know model "
+        "'deepseek-r2' (Model Not Exist); check the model name in [models] (the endpoint does "
+        "not list its models)"
+    )
+
+
+@pytest.mark.parametrize(("status", "reason"), [(408, "Request Timeout"), (409, "Conflict")])
+def test_408_and_409_after_all_retries_are_called_transient(server, status, reason):
+    server.default(CHAT, Reply(status, {"error": {"message": "try again"}}))
+    with pytest.raises(d.ServerError) as err:
+        run(chat_once(make_client(server.url, max_retries=1)))
+    assert server.count(CHAT) == 2
+    assert str(err.value) == (
+        f"role solver (m) at {server.url[7:]}: {status} {reason} after 1 retry (try again); a "
+        "transient failure on the endpoint's side, not a fault in the request: retry later, "
+        "raise [api] max_retries, or set [models.solver] fallback"
+    )
+
+
 def test_empty_choices_is_retried_then_explained(server):
     server.default(
         CHAT,
