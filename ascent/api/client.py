@@ -10,6 +10,12 @@ connections / empty answers with exponential backoff and jitter, waits what `Ret
 (capped at max_wait_sec), keeps at most `concurrency` requests in flight, switches to the
 role's fallback model when the primary still fails, and counts tokens per role. Every failure
 comes out as one `ApiError` subclass from `ascent.api.diagnoses`.
+
+A client may be used from one event loop after another (`asyncio.run` per evaluation or per
+training step): the semaphore and the HTTP connections belong to the loop that made them, so
+a new loop gets fresh ones. Close the client in each loop (`async with client:`) to release
+its connections there. Two loops at once (two threads) are refused: give each thread its own
+client, sharing one `UsageLedger`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,9 +102,12 @@ class ApiClient:
         self.concurrency = concurrency
         self.usage = usage or UsageLedger()
         self._rng = random.Random(seed)
+        self._secrets: dict[str, Secret] = {}
+        # The event loop in use, with what is bound to it (see _bind).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sem = asyncio.Semaphore(concurrency)
         self._clients: dict[tuple[str, str], Any] = {}
-        self._secrets: dict[str, Secret] = {}
+        self._bind_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: Any, usage: UsageLedger | None = None) -> ApiClient:
@@ -182,6 +192,8 @@ class ApiClient:
             raise await diagnose(exc, self._context(spec, spec.model, None), attempts=1) from None
 
     async def aclose(self) -> None:
+        """Close the HTTP connections opened in the running event loop."""
+        self._bind()
         for client in self._clients.values():
             await client.close()
         self._clients.clear()
@@ -197,6 +209,25 @@ class ApiClient:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _bind(self) -> None:
+        """Make the semaphore and the openai clients belong to the running event loop.
+
+        asyncio primitives and httpx connections cannot cross loops; on a new loop the old
+        ones are dropped (their loop has finished) and fresh ones made.
+        """
+        loop = asyncio.get_running_loop()
+        with self._bind_lock:
+            if loop is self._loop:
+                return
+            if self._loop is not None and self._loop.is_running():
+                raise RuntimeError(
+                    "this ApiClient is in use by another event loop (another thread); build "
+                    "one client per thread (they may share a UsageLedger)"
+                )
+            self._loop = loop
+            self._sem = asyncio.Semaphore(self.concurrency)
+            self._clients = {}
+
     def _secret(self, spec: RoleSpec) -> Secret:
         if spec.api_key_env not in self._secrets:
             self._secrets[spec.api_key_env] = self.keys.require(spec.api_key_env, spec.role)
@@ -205,6 +236,7 @@ class ApiClient:
     def _openai(self, spec: RoleSpec) -> Any:
         import openai
 
+        self._bind()
         key = (spec.base_url, spec.api_key_env)
         if key not in self._clients:
             self._clients[key] = openai.AsyncOpenAI(
@@ -212,6 +244,10 @@ class ApiClient:
                 api_key=self._secret(spec).reveal(),
                 timeout=self.policy.timeout_sec,
                 max_retries=0,
+                # openai's own default closes itself on garbage collection by scheduling the
+                # close on whatever loop then runs: for a client dropped with its finished
+                # loop (see _bind) that fails noisily. This one is simply collected.
+                http_client=openai.DefaultAsyncHttpxClient(),
             )
         return self._clients[key]
 

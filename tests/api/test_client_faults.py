@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import threading
 import time
 
 import pytest
@@ -314,6 +315,39 @@ def test_concurrency_limit_holds_requests_in_flight(server):
     results = run(many())
     assert len(results) == 6
     assert server.max_in_flight == 2
+
+
+def test_one_client_serves_one_asyncio_run_after_another(server):
+    server.default(CHAT, Reply(200, chat_body("x"), delay=0.05))
+    client = make_client(server.url, concurrency=1)
+
+    async def three():
+        msgs = [{"role": "user", "content": "hi"}]
+        return await asyncio.gather(*(client.chat("solver", msgs) for _ in range(3)))
+
+    async def three_and_close():
+        async with client:
+            return await three()
+
+    assert len(run(three())) == 3  # left open: the next loop must not reuse its connections
+    assert len(run(three_and_close())) == 3
+    assert len(run(three_and_close())) == 3
+    assert server.count(CHAT) == 9 and server.max_in_flight == 1
+
+
+def test_two_event_loops_at_once_are_refused(server):
+    server.default(CHAT, Reply(200, chat_body("x"), delay=0.5))
+    client = make_client(server.url)
+    msgs = [{"role": "user", "content": "hi"}]
+    other = threading.Thread(target=lambda: run(chat_once(client)))
+    other.start()
+    try:
+        while not server.count(CHAT):
+            time.sleep(0.01)
+        with pytest.raises(RuntimeError, match="one client per thread"):
+            run(client.chat("solver", msgs))
+    finally:
+        other.join()
 
 
 def test_fallback_model_answers_when_primary_keeps_failing(server):
