@@ -375,10 +375,15 @@ async def _diagnose_not_found(
             "model name in [models] (the endpoint does not list its models)",
             attempts=attempts,
         )
+    unversioned = (
+        " (a root without /v1, such as https://api.perplexity.ai, needs [api] append_v1 = false)"
+        if ctx.base_url.endswith("/v1")
+        else ""
+    )
     return BaseUrlError(
         f"{where}: 404 Not Found at {ctx.base_url}/chat/completions; base_url is probably wrong: "
         "it should be the API root that serves /chat/completions and /models, e.g. "
-        "https://openrouter.ai/api/v1 or http://127.0.0.1:8000/v1",
+        f"https://openrouter.ai/api/v1 or http://127.0.0.1:8000/v1{unversioned}",
         attempts=attempts,
     )
 

@@ -1,7 +1,8 @@
 """Roles: which model, endpoint and key each API-served role uses, resolved from the config.
 
-`[models]` names the roles (`<role>_model`); `[models.<role>]` overrides `[api]`'s base_url and
-api_key_env and may name a fallback model (else `[models] fallback_model`, if set).
+`[models]` names the roles (`<role>_model`); `[models.<role>]` overrides `[api]`'s base_url,
+append_v1 and api_key_env and may name a fallback model (else `[models] fallback_model`, if
+set).
 """
 
 from __future__ import annotations
@@ -10,20 +11,26 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from ascent.config.api import ApiSection, ModelsSection
+from ascent.config.api import ApiSection, ModelsSection, check_base_url
 from ascent.errors import ConfigError
 
 _VERSION = re.compile(r"^v\d+[a-z0-9]*$")
 _ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/models", "/embeddings")
 
 
-def normalize_base_url(url: str) -> str:
+def normalize_base_url(url: str, append_v1: bool = True) -> str:
     """The API root a client appends `/chat/completions` to.
 
-    `.../api` and `.../api/v1` both give `.../api/v1`: a path with no version segment (`v1`,
-    `v1beta`, ...) gets `/v1`; a doubled version (`/v1/v1`), a trailing slash and a pasted
-    endpoint suffix (`/chat/completions`) are removed.
+    A trailing slash, a pasted endpoint suffix (`/chat/completions`) and a doubled version
+    (`/v1/v1`) are removed. With `append_v1` (`[api] append_v1`, on by default) a path with no
+    version segment (`v1`, `v1beta`, ...) gets `/v1`, so `.../api` and `.../api/v1` both give
+    `.../api/v1`; without it the path is kept, for roots that serve `/chat/completions`
+    directly (https://api.perplexity.ai). A query string is refused: requests could not carry it.
     """
+    try:
+        check_base_url(url.strip(), "base_url")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     parts = urlsplit(url.strip())
     path = parts.path.rstrip("/")
     for suffix in _ENDPOINT_SUFFIXES:
@@ -32,9 +39,10 @@ def normalize_base_url(url: str) -> str:
     segments = [s for s in path.split("/") if s]
     while len(segments) >= 2 and _VERSION.match(segments[-1]) and segments[-1] == segments[-2]:
         segments.pop()
-    if not any(_VERSION.match(s) for s in segments):
+    if append_v1 and not any(_VERSION.match(s) for s in segments):
         segments.append("v1")
-    return urlunsplit((parts.scheme, parts.netloc, "/" + "/".join(segments), "", ""))
+    path = "/" + "/".join(segments) if segments else ""
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,10 @@ def resolve_roles(api: ApiSection, models: ModelsSection) -> dict[str, RoleSpec]
         out[role] = RoleSpec(
             role=role,
             model=model,
-            base_url=normalize_base_url(table.base_url or api.base_url),
+            base_url=normalize_base_url(
+                table.base_url or api.base_url,
+                api.append_v1 if table.append_v1 is None else table.append_v1,
+            ),
             api_key_env=api.api_key_env if table.api_key_env is None else table.api_key_env,
             fallback=fallback if fallback != model else None,
         )

@@ -16,8 +16,11 @@ The layout is the one the write-ups use, so their snippets load as written:
     api_key_env = "SOLVER_API_KEY"
     fallback = "meta-llama/llama-3.3-70b-instruct"
 
-Any `<role>_model` key names a role. A key pasted where a variable name belongs is refused
-with only its first 4 characters shown (inputs are hidden from validation errors too).
+A base_url without a version segment gets `/v1` (so `.../api` works); a root that serves
+`/chat/completions` itself (https://api.perplexity.ai) needs `append_v1 = false`, in `[api]`
+or the role's table. Any `<role>_model` key names a role. A key pasted where a variable name
+belongs is refused with only its first 4 characters shown (inputs are hidden from validation
+errors too).
 """
 
 from __future__ import annotations
@@ -94,6 +97,14 @@ def check_base_url(value: str, where: str) -> str:
             f"{where} base_url: {value!r} is not an http(s) URL; write the API root, "
             'e.g. base_url = "https://openrouter.ai/api/v1" or "http://127.0.0.1:8000/v1"'
         )
+    if "?" in value or "#" in value:
+        root = re.split(r"[?#]", value, maxsplit=1)[0]  # the rest may hold a key: not shown
+        raise ValueError(
+            f"{where} base_url: '{root}…' carries a query string or fragment, which ascent "
+            "cannot send (requests go to base_url + /chat/completions); write the API root "
+            f'alone, e.g. base_url = "{root}" (for Azure OpenAI its v1 root, '
+            "https://RESOURCE.openai.azure.com/openai/v1)"
+        )
     return value
 
 
@@ -104,7 +115,12 @@ class ApiSection(Section):
 
     base_url: str = Field(
         "https://api.openai.com/v1",
-        description="API root; `.../api` and `.../api/v1` both work (a missing /v1 is added).",
+        description="API root; `.../api` and `.../api/v1` both work (see append_v1). No ?query.",
+    )
+    append_v1: bool = Field(
+        True,
+        description="Add /v1 to a base_url with no version segment; false for a version-less "
+        "root such as https://api.perplexity.ai.",
     )
     api_key_env: str = Field(
         "OPENAI_API_KEY",
@@ -151,6 +167,9 @@ class RoleSection(Section):
 
     model: str | None = Field(None, description="Model name (same as `<role>_model` in [models]).")
     base_url: str | None = Field(None, description="Endpoint for this role; unset: [api] base_url.")
+    append_v1: bool | None = Field(
+        None, description="Add /v1 to this role's base_url if unversioned; unset: [api]'s."
+    )
     api_key_env: str | None = Field(
         None, description="Key variable for this role (a separate rate limit); unset: [api]'s."
     )
@@ -174,8 +193,11 @@ def _role_table(role: str, value: Any) -> RoleSection:
     for key, item in value.items():
         if key not in RoleSection.model_fields:
             raise ValueError(f"{where}: unknown key '{key}'; valid keys: {_ROLE_TABLE_KEYS}")
-        if item is not None and not isinstance(item, str):
-            raise ValueError(f"{where} {key}: must be a string")
+        kind = bool if key == "append_v1" else str
+        if item is not None and not isinstance(item, kind):
+            raise ValueError(
+                f"{where} {key}: must be {'true or false' if kind is bool else 'a string'}"
+            )
         if key == "api_key_env":
             check_key_env_name(item, where)
         if key == "base_url":
@@ -190,7 +212,7 @@ class ModelsSection(Section):
     """`[models]`: a model per role (`<role>_model = "name"`); `[models.<role>]` overrides.
 
     Any `<role>_model` key names a role. A `[models.<role>]` table may set `model`, `base_url`,
-    `api_key_env` and `fallback` for that role; unset keys come from `[api]`.
+    `append_v1`, `api_key_env` and `fallback` for that role; unset keys come from `[api]`.
     """
 
     model_config = ConfigDict(extra="allow", hide_input_in_errors=True)

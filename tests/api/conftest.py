@@ -54,10 +54,11 @@ def make_client(
     concurrency: int = 4,
     keys: KeySource | None = None,
     key_var: str = KEY_VAR,
+    append_v1: bool = True,
 ) -> ApiClient:
     from ascent.api.roles import normalize_base_url
 
-    spec = RoleSpec("solver", model, normalize_base_url(base_url), key_var, fallback)
+    spec = RoleSpec("solver", model, normalize_base_url(base_url, append_v1), key_var, fallback)
     return ApiClient(
         {"solver": spec},
         keys=keys or KeySource(),

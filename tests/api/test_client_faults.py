@@ -103,6 +103,21 @@ def test_api_root_without_v1_gets_it(server):
     assert run(chat_once(make_client(server.url + "/api"))).text == "via api"
 
 
+def test_version_less_root_with_append_v1_false(server):
+    server.default("/chat/completions", ok("no version"))
+    assert run(chat_once(make_client(server.url, append_v1=False))).text == "no version"
+    assert [s.path for s in server.seen] == ["/chat/completions"]
+
+
+def test_404_at_an_appended_v1_points_at_append_v1(server):
+    server.default("/chat/completions", ok("no version"))
+    with pytest.raises(d.BaseUrlError) as err:
+        run(chat_once(make_client(server.url)))
+    assert str(err.value).endswith(
+        "(a root without /v1, such as https://api.perplexity.ai, needs [api] append_v1 = false)"
+    )
+
+
 def test_404_at_wrong_base_url_says_base_url(server):
     with pytest.raises(d.BaseUrlError) as err:
         run(chat_once(make_client(server.url + "/wrong/v1")))

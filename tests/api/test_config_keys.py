@@ -67,8 +67,8 @@ model = "crit"
         ("solver_model = 3", "[models] solver_model: must be a model name string"),
         (
             "[models.solver]\nfallbak = 'x'",
-            "[models.solver]: unknown key 'fallbak'; valid keys: model, base_url, api_key_env, "
-            "fallback",
+            "[models.solver]: unknown key 'fallbak'; valid keys: model, base_url, append_v1, "
+            "api_key_env, fallback",
         ),
         ("[models.solver]\nmodel = 'a'\n[models.x]\n", None),
         (
@@ -145,6 +145,49 @@ def test_base_url_must_be_http(tmp_path):
 )
 def test_normalize_base_url(url, root):
     assert normalize_base_url(url) == root
+
+
+def test_append_v1_false_keeps_a_version_less_root(tmp_path):
+    path = write(
+        tmp_path,
+        """
+[api]
+base_url = "https://api.perplexity.ai/"
+append_v1 = false
+[models]
+solver_model = "sonar"
+hypothesis_model = "deepseek/deepseek-r1"
+[models.hypothesis]
+base_url = "https://openrouter.ai/api"
+append_v1 = true
+""",
+    )
+    roles = resolve_roles(*(lambda c: (c.api, c.models))(load_config(path)))
+    assert roles["solver"].base_url == "https://api.perplexity.ai"
+    assert roles["hypothesis"].base_url == "https://openrouter.ai/api/v1"
+    assert normalize_base_url("https://x.ai/chat/completions", append_v1=False) == "https://x.ai"
+    assert normalize_base_url("https://x.ai/v1/v1/", append_v1=False) == "https://x.ai/v1"
+
+
+def test_role_append_v1_must_be_a_boolean(tmp_path):
+    path = write(tmp_path, '[models]\nsolver_model = "m"\n[models.solver]\nappend_v1 = "no"\n')
+    with pytest.raises(ConfigError, match=r"\[models.solver\] append_v1: must be true or false"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("where", ["[api]", "[models.solver]"])
+def test_base_url_with_a_query_string_is_refused_without_showing_it(tmp_path, where):
+    url = f"https://host.example/v1?key={KEY}"
+    table = "[api]" if where == "[api]" else "[models.solver]"
+    path = write(tmp_path, f'[models]\nsolver_model = "m"\n{table}\nbase_url = "{url}"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert f"{where} base_url: 'https://host.example/v1…' carries a query string" in msg
+    assert 'write the API root alone, e.g. base_url = "https://host.example/v1"' in msg
+    assert not leaks(msg)
+    with pytest.raises(ConfigError, match="carries a query string"):
+        normalize_base_url(url)
 
 
 def test_dotenv_beside_the_config_and_environment_wins(tmp_path, monkeypatch):
