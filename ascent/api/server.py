@@ -24,15 +24,32 @@ from ascent.api.batching import Batcher, Generation, Generator, GenParams
 from ascent.api.wire import (
     RequestError,
     check_supported,
+    choices_param,
     completion_response,
-    int_param,
     sampling_params,
     stream_events,
 )
 
-__all__ = ["Batcher", "GenParams", "Generation", "Generator", "PolicyServer", "serve_forever"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_PORT",
+    "Batcher",
+    "GenParams",
+    "Generation",
+    "Generator",
+    "PolicyServer",
+    "serve_forever",
+]
 
 log = logging.getLogger("ascent.api.server")
+
+# `ascent serve`'s defaults; its --host / --port / --max-batch options take them from here.
+DEFAULT_HOST = "127.0.0.1"  # loopback: nothing outside this machine can reach the policy
+DEFAULT_PORT = 8000  # vLLM's and most OpenAI-compatible servers' port
+DEFAULT_MAX_BATCH = 32  # most prompts in one generate call
+BATCH_WINDOW_SEC = 0.01  # how long the first request of a batch waits for company
+ROUTES = ("/chat/completions", "/completions")
 
 
 class PolicyServer:
@@ -41,17 +58,15 @@ class PolicyServer:
     def __init__(
         self,
         generator: Generator,
-        host: str = "127.0.0.1",
-        port: int = 8000,
-        max_batch: int = 32,
-        window_sec: float = 0.01,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        window_sec: float = BATCH_WINDOW_SEC,
     ) -> None:
         self.generator = generator
         self.batcher = Batcher(generator, max_batch=max_batch, window_sec=window_sec)
         self.started = int(time.time())
-        handler = _make_handler(self)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _HTTPServer((host, port), self)
         self.host, self.port = self.httpd.server_address[:2]
         self._thread: threading.Thread | None = None
 
@@ -102,7 +117,7 @@ class PolicyServer:
                 prompt = prompt[0]
             if not isinstance(prompt, str):
                 raise RequestError(400, "'prompt' must be a string", param="prompt")
-        n = int_param(body, "n", 1, low=1)
+        n = choices_param(body)
         params = sampling_params(
             body, self.generator.count_tokens(prompt), self.generator.max_context
         )
@@ -121,78 +136,91 @@ class PolicyServer:
             )
 
 
-def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "ascent-serve"
+class _HTTPServer(ThreadingHTTPServer):
+    """The socket side; each request gets a `_Handler` that answers through `app`."""
 
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug("%s " + fmt, self.address_string(), *args)
+    daemon_threads = True
 
-        def _route(self) -> str:
-            path = self.path.split("?", 1)[0].rstrip("/")
-            return path[3:] if path.startswith("/v1/") or path == "/v1" else path
+    def __init__(self, address: tuple[str, int], app: PolicyServer) -> None:
+        self.app = app
+        super().__init__(address, _Handler)
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-        def _send_stream(self, events: list[dict[str, Any]]) -> None:
-            data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
-            data += b"data: [DONE]\n\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP request: route it, hand the body to the `PolicyServer`, send the answer."""
 
-        def do_GET(self) -> None:
-            if self._route() == "/models":
-                self._send(200, server.models())
+    protocol_version = "HTTP/1.1"
+    server_version = "ascent-serve"
+    server: _HTTPServer
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        log.debug("%s " + fmt, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        if self._route() == "/models":
+            self._send(200, self.server.app.models())
+        else:
+            self._send(404, RequestError(404, f"no route GET {self.path}").body())
+
+    def do_POST(self) -> None:
+        route = self._route()
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if route not in ROUTES:
+            self._send(404, RequestError(404, f"no route POST {self.path}").body())
+            return
+        chat = route == "/chat/completions"
+        try:
+            body = _json_object(raw)
+            response = self.server.app.complete(body, chat)
+        except RequestError as err:
+            self._send(err.status, err.body())
+        except Exception as err:
+            log.exception("request failed")
+            self._send(500, RequestError(500, f"generation failed: {err}").body())
+        else:
+            if body.get("stream"):
+                self._send_stream(stream_events(response, chat))
             else:
-                self._send(404, RequestError(404, f"no route GET {self.path}").body())
+                self._send(200, response)
 
-        def do_POST(self) -> None:
-            route = self._route()
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
-            if route not in ("/chat/completions", "/completions"):
-                self._send(404, RequestError(404, f"no route POST {self.path}").body())
-                return
-            try:
-                body = json.loads(raw or b"{}")
-                if not isinstance(body, dict):
-                    raise RequestError(400, "the request body must be a JSON object")
-                chat = route == "/chat/completions"
-                response = server.complete(body, chat)
-            except json.JSONDecodeError as err:
-                self._send(400, RequestError(400, f"invalid JSON body: {err}").body())
-            except RequestError as err:
-                self._send(err.status, err.body())
-            except Exception as err:
-                log.exception("request failed")
-                self._send(500, RequestError(500, f"generation failed: {err}").body())
-            else:
-                if body.get("stream"):
-                    self._send_stream(stream_events(response, chat))
-                else:
-                    self._send(200, response)
+    def _route(self) -> str:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        return path[3:] if path.startswith("/v1/") or path == "/v1" else path
 
-    return Handler
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        self._reply(status, "application/json", json.dumps(payload).encode())
+
+    def _send_stream(self, events: list[dict[str, Any]]) -> None:
+        data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
+        self._reply(200, "text/event-stream", data + b"data: [DONE]\n\n")
+
+    def _reply(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The request body, which must be a JSON object."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError as err:  # bad JSON, or bytes that are not UTF-8
+        raise RequestError(400, f"invalid JSON body: {err}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return body
 
 
 def serve_forever(
     model_or_run_dir: str,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
     name: str | None = None,
     device: str = "auto",
-    max_batch: int = 32,
+    max_batch: int = DEFAULT_MAX_BATCH,
 ) -> None:
     """Load the policy and serve it until Ctrl-C (what `ascent serve` runs)."""
     from ascent.api.local_policy import LocalPolicy

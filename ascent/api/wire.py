@@ -3,6 +3,10 @@
 Refused requests become OpenAI-style error objects (`{"error": {"message", "type", "param",
 "code"}}`), with the same wording as OpenAI for an over-long request, so clients (and
 `ascent.api.diagnoses`) recognise them.
+
+A request without `max_tokens` may use the rest of the model's context, as with OpenAI; for a
+model without a context limit it gets `DEFAULT_MAX_TOKENS`. `n` (choices per request) is at
+most `MAX_N`: each choice is one more prompt in the batch.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ class RequestError(Exception):
         }
 
 
+DEFAULT_MAX_TOKENS = 256  # max_tokens when a request names none and the context is unbounded
+MAX_N = 128  # most choices one request may ask for (OpenAI's own limit)
+
 UNSUPPORTED = ("logprobs", "top_logprobs", "tools", "functions", "response_format", "echo")
 
 
@@ -51,7 +58,7 @@ def sampling_params(body: dict[str, Any], prompt_tokens: int, limit: int | None)
             param="messages",
         )
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = int_param(body, key, room if room is not None else 256, low=1)
+    max_tokens = int_param(body, key, room if room is not None else DEFAULT_MAX_TOKENS, low=1)
     if room is not None and max_tokens > room:
         raise RequestError(
             400,
@@ -73,12 +80,21 @@ def sampling_params(body: dict[str, Any], prompt_tokens: int, limit: int | None)
     return GenParams(max_tokens, temperature, top_p, stop)
 
 
-def int_param(body: dict[str, Any], key: str, default: int, low: int) -> int:
+def choices_param(body: dict[str, Any]) -> int:
+    """`n`, the number of choices: 1 unless asked, never more than `MAX_N`."""
+    return int_param(body, "n", 1, low=1, high=MAX_N)
+
+
+def int_param(
+    body: dict[str, Any], key: str, default: int, low: int, high: int | None = None
+) -> int:
     value = body.get(key)
     if value is None:
         return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise RequestError(400, f"'{key}' must be an integer >= {low}", param=key)
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if not is_int or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise RequestError(400, f"'{key}' must be an integer {bound}", param=key)
     return value
 
 

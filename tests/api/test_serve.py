@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import openai
@@ -17,6 +20,7 @@ import pytest
 from ascent.api import diagnoses as d
 from ascent.api.local_policy import LocalPolicy, find_model_dir
 from ascent.api.server import Batcher, Generation, GenParams, PolicyServer
+from ascent.api.wire import MAX_N
 from ascent.errors import AscentError
 from tests.api.conftest import KEY_VAR, run
 
@@ -164,6 +168,52 @@ def test_bad_requests_are_openai_style_errors(served):
         chat(client, logprobs=True)
     with pytest.raises(openai.NotFoundError, match="this server serves `ascent:tiny`"):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+
+
+class Echo:
+    """A Generator without a model: answers each prompt reversed."""
+
+    name, max_context = "echo", None
+
+    def count_tokens(self, text):
+        return len(text)
+
+    def chat_prompt(self, messages):
+        return "".join(m["content"] for m in messages)
+
+    def generate(self, prompts, params):
+        return [Generation(p[::-1], "stop", len(p), len(p)) for p in prompts]
+
+
+@pytest.fixture
+def echo_served():
+    with PolicyServer(Echo(), port=0) as srv:
+        yield srv
+
+
+def test_n_is_refused_outside_1_to_max_n(echo_served):
+    client = openai.OpenAI(base_url=echo_served.url, api_key="unused", max_retries=0)
+    msgs = [{"role": "user", "content": "abc"}]
+    r = client.chat.completions.create(model="echo", messages=msgs, n=MAX_N)
+    assert len(r.choices) == MAX_N and r.choices[-1].message.content == "cba"
+    for n in (0, MAX_N + 1):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="echo", messages=msgs, n=n)
+        assert err.value.body == {
+            "message": f"'n' must be an integer in [1, {MAX_N}]",
+            "type": "invalid_request_error",
+            "param": "n",
+            "code": None,
+        }
+    assert sum(echo_served.batcher.batch_sizes) == MAX_N  # the refused ones never generated
+
+
+def test_a_body_that_is_not_utf8_json_is_a_400(echo_served):
+    request = urllib.request.Request(f"{echo_served.url}/chat/completions", data=b"\xff\xfe")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    assert err.value.code == 400
+    assert json.loads(err.value.read())["error"]["message"].startswith("invalid JSON body")
 
 
 def _save(policy: LocalPolicy, where: Path) -> Path:
