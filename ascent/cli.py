@@ -16,6 +16,7 @@ from typing import Annotated
 import click
 import typer
 
+from ascent.api.server import DEFAULT_HOST, DEFAULT_MAX_BATCH, DEFAULT_PORT
 from ascent.errors import EXIT_USER_ERROR, AscentError
 
 app = typer.Typer(
@@ -175,8 +176,10 @@ def serve(
     ],
     host: Annotated[
         str, typer.Option("--host", help="Address to bind (loopback by default).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port (0 picks a free one).")] = 8000,
+    ] = DEFAULT_HOST,
+    port: Annotated[
+        int, typer.Option("--port", help="TCP port (0 picks a free one).")
+    ] = DEFAULT_PORT,
     name: Annotated[
         str | None,
         typer.Option("--name", help="Model name clients send; default: the directory name."),
@@ -187,7 +190,7 @@ def serve(
         typer.Option(
             "--max-batch", help="Most concurrent requests batched into one generate call."
         ),
-    ] = 32,
+    ] = DEFAULT_MAX_BATCH,
 ) -> None:
     """Serve a local policy as an OpenAI-compatible endpoint (chat, completions, models)."""
     from ascent.api.server import serve_forever
