@@ -1,6 +1,6 @@
 """An async client for API-served roles over the official `openai` package.
 
-    client = ApiClient.from_config(cfg)
+    client = ApiClient.from_config(cfg)  # concurrency: [rollout] async_workers
     async with client:
         result = await client.chat("solver", [{"role": "user", "content": "..."}], max_tokens=512)
     print(result.text, result.completion_tokens)
@@ -43,6 +43,7 @@ from ascent.api.diagnoses import (
 from ascent.api.keys import KeySource, Secret
 from ascent.api.roles import RoleSpec, resolve_roles
 from ascent.api.usage import UsageLedger
+from ascent.config.api import ApiSection
 from ascent.errors import ConfigError, did_you_mean
 
 log = logging.getLogger("ascent.api")
@@ -65,14 +66,26 @@ class ChatResult:
     used_fallback: bool = False
 
 
+def _api_default(name: str) -> Any:
+    return ApiSection.model_fields[name].default
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How long to wait for an answer, and how to retry a transient failure."""
+    """How long to wait for an answer, and how to retry a transient failure.
 
-    timeout_sec: float = 120.0
-    max_retries: int = 3
-    backoff_sec: float = 1.0
-    max_wait_sec: float = 60.0
+    Unset fields take `[api]`'s defaults (`ApiSection`), so there is one place to change them.
+    """
+
+    timeout_sec: float = _api_default("timeout_sec")
+    max_retries: int = _api_default("max_retries")
+    backoff_sec: float = _api_default("backoff_sec")
+    max_wait_sec: float = _api_default("max_wait_sec")
+
+    @classmethod
+    def from_section(cls, api: ApiSection) -> RetryPolicy:
+        """The policy an `[api]` section sets."""
+        return cls(api.timeout_sec, api.max_retries, api.backoff_sec, api.max_wait_sec)
 
     def wait(self, retry: int, asked: float | None, rng: random.Random) -> float:
         """Seconds before retry number `retry` (0-based): Retry-After, else backoff with jitter."""
@@ -88,9 +101,9 @@ class ApiClient:
         self,
         roles: Mapping[str, RoleSpec],
         *,
+        concurrency: int,
         keys: KeySource | None = None,
         policy: RetryPolicy | None = None,
-        concurrency: int = 8,
         usage: UsageLedger | None = None,
         seed: int | None = None,
     ) -> None:
@@ -111,18 +124,20 @@ class ApiClient:
 
     @classmethod
     def from_config(cls, cfg: Any, usage: UsageLedger | None = None) -> ApiClient:
-        """Build from an LLM config: [api], [models], and [rollout] async_workers."""
+        """Build from an LLM config: [api], [models], and [rollout] async_workers.
+
+        Pass the run's `usage` ledger so every client of the run counts into one.
+        """
         api, models = getattr(cfg, "api", None), getattr(cfg, "models", None)
         if api is None or models is None:
             raise ConfigError(
                 "API roles need an LLM config ([api] and [models]); this is a classic PPO config"
             )
-        rollout = getattr(cfg, "rollout", None)
         return cls(
             resolve_roles(api, models),
+            concurrency=cfg.rollout.async_workers,
             keys=KeySource.beside(getattr(cfg, "source", None), api.env_file),
-            policy=RetryPolicy(api.timeout_sec, api.max_retries, api.backoff_sec, api.max_wait_sec),
-            concurrency=getattr(rollout, "async_workers", 8),
+            policy=RetryPolicy.from_section(api),
             usage=usage,
         )
 

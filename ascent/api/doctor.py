@@ -22,6 +22,7 @@ from typing import Any, Literal
 from ascent.api.client import ApiClient, RetryPolicy
 from ascent.api.diagnoses import ApiError, BaseUrlError, CallContext, unknown_model
 from ascent.api.roles import RoleSpec
+from ascent.config.run import RunSection
 from ascent.errors import AscentError
 
 Status = Literal["ok", "warn", "fail", "skip"]
@@ -126,15 +127,10 @@ def _needed_extras(cfg: Any) -> list[tuple[str, str]]:
 
 
 def _sandbox_check(cfg: Any) -> Check:
-    name = "sandbox isolation"
-    try:
-        from ascent.rewards.sandbox.isolation import check_isolation
-    except ImportError:
-        path = shutil.which("bwrap")
-        if path:
-            return Check(name, "ok", f"bubblewrap found at {path} (not probed)")
-        return Check(name, "warn", "bubblewrap (bwrap) not found; code rewards need it")
     from ascent.config.rewards import SandboxSection
+    from ascent.rewards.sandbox.isolation import check_isolation
+
+    name = "sandbox isolation"
 
     section = getattr(cfg, "sandbox", None) or SandboxSection()
     if getattr(section, "unsafe_local", False):
@@ -147,7 +143,8 @@ def _sandbox_check(cfg: Any) -> Check:
 
 
 def _disk_check(cfg: Any) -> Check:
-    out = Path(getattr(getattr(cfg, "run", None), "output_dir", "runs"))
+    run = getattr(cfg, "run", None) or RunSection()  # no config: the default one's
+    out = Path(run.output_dir)
     probe = out
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -16,6 +16,7 @@ from ascent.api.diagnoses import ApiError
 from ascent.errors import ConfigError
 
 PROMPT = "Reply with the single word: ok"
+SMOKE_MAX_TOKENS = 16  # room for "ok" from any tokenizer, little cost on a paid endpoint
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class SmokeRow:
     error: ApiError | None = None
 
 
-async def smoke_client(client: ApiClient, max_tokens: int = 16) -> list[SmokeRow]:
+async def smoke_client(client: ApiClient, max_tokens: int = SMOKE_MAX_TOKENS) -> list[SmokeRow]:
     """Ask every role of `client` once, concurrently (within its concurrency limit)."""
 
     async def one(role: str) -> SmokeRow:
@@ -70,7 +71,7 @@ def smoke_roles(client: ApiClient) -> ApiClient:
     )
 
 
-def run_smoke(cfg: Any, max_tokens: int = 16) -> list[SmokeRow]:
+def run_smoke(cfg: Any, max_tokens: int = SMOKE_MAX_TOKENS) -> list[SmokeRow]:
     """Send one minimal request per role of an LLM config; never raises for a role failure."""
     client = ApiClient.from_config(cfg)
     if not client.roles:

@@ -27,7 +27,9 @@ def assistant(server, tmp_path, echo, **section) -> LogAssistant:
     cfg = AssistantSection(enabled=True, **{"log_interval": 5, "history": 3, **section})
 
     def make_client():
-        return ApiClient({"analyst": spec}, keys=KeySource(), policy=RetryPolicy(5, 0, 0.01, 1))
+        return ApiClient(
+            {"analyst": spec}, concurrency=1, keys=KeySource(), policy=RetryPolicy(5, 0, 0.01, 1)
+        )
 
     return LogAssistant(cfg, make_client, tmp_path, echo)
 

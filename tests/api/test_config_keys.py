@@ -267,3 +267,18 @@ def test_empty_api_key_env_means_an_endpoint_without_keys(tmp_path):
     roles = resolve_roles(cfg.api, cfg.models)
     assert roles["solver"].api_key_env == ""
     assert KeySource().require("", "solver").reveal() == "no-key"
+
+
+def test_client_takes_retries_and_concurrency_from_the_config(tmp_path):
+    from ascent.api import ApiClient, RetryPolicy
+    from ascent.config.api import ApiSection
+
+    assert RetryPolicy() == RetryPolicy.from_section(ApiSection())  # one set of defaults
+    path = write(
+        tmp_path,
+        '[api]\ntimeout_sec = 7\nmax_retries = 1\n[models]\nsolver_model = "m"\n'
+        "[rollout]\nasync_workers = 3\n",
+    )
+    client = ApiClient.from_config(load_config(path))
+    assert client.concurrency == 3
+    assert (client.policy.timeout_sec, client.policy.max_retries) == (7, 1)

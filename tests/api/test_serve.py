@@ -146,7 +146,9 @@ def test_our_client_diagnoses_serve_errors(served, monkeypatch):
 
     def client(model):
         spec = RoleSpec("solver", model, served.url, KEY_VAR)
-        return ApiClient({"solver": spec}, keys=KeySource(), policy=RetryPolicy(30, 0, 0.01, 1))
+        return ApiClient(
+            {"solver": spec}, concurrency=4, keys=KeySource(), policy=RetryPolicy(30, 0, 0.01, 1)
+        )
 
     async def ask(model, **kw):
         async with client(model) as c:

@@ -129,3 +129,12 @@ def test_doctor_with_a_broken_config_still_checks_the_machine(run_cli, tmp_path)
     assert code == 2
     assert out.splitlines()[0].startswith("FAIL  config")
     assert "torch / CUDA" in out and "disk space" in out
+    assert "GiB free for checkpoints in runs/" in out  # [run] output_dir's default
+
+
+def test_doctor_measures_the_disk_of_the_configs_output_dir(run_cli, server, tmp_path):
+    server.default("/v1/models", Reply(200, models_body("small", "big")))
+    out_dir = tmp_path / "checkpoints-here"
+    path = config(tmp_path, server.url, f'[run]\noutput_dir = "{out_dir}"\n')
+    _code, out, _err = run_cli("doctor", str(path))
+    assert f"GiB free for checkpoints in {out_dir}/" in out
