@@ -7,11 +7,16 @@ in flight the next interval is skipped rather than queued; a failure or a timeou
 and recorded, never raised. Answers are printed and appended to `assistant.jsonl` in the run
 directory.
 
-    assistant = LogAssistant.from_config(cfg, run_dir)   # None unless [assistant] enabled
+A trainer wires it beside the run's API roles, all counting into one `UsageLedger`:
+
+    usage = UsageLedger()                                       # the run's token counts
+    roles = ApiClient.from_config(cfg, usage=usage)             # the roles the run calls
+    assistant = LogAssistant.from_config(cfg, run_dir, usage=usage)  # None unless enabled
     for step in ...:
         metrics = train_step()
         if assistant: assistant.observe(step, metrics)
     if assistant: assistant.close()
+    usage.finish(run_dir)           # one line per role, analyst included; api_usage.json
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ascent.api.client import ApiClient
+from ascent.api.usage import UsageLedger
 from ascent.config.api import AssistantSection
 from ascent.errors import ConfigError
 
@@ -92,9 +98,18 @@ class LogAssistant:
 
     @classmethod
     def from_config(
-        cls, cfg: Any, run_dir: str | Path | None = None, echo: Callable[[str], None] | None = None
+        cls,
+        cfg: Any,
+        run_dir: str | Path | None = None,
+        echo: Callable[[str], None] | None = None,
+        *,
+        usage: UsageLedger | None = None,
     ) -> LogAssistant | None:
-        """The assistant of an LLM config, or None when `[assistant] enabled` is false."""
+        """The assistant of an LLM config, or None when `[assistant] enabled` is false.
+
+        `usage`: the run's ledger, so the analyst's tokens are counted with the other roles'
+        (unset: a ledger of its own, which nobody prints).
+        """
         section: AssistantSection = cfg.assistant
         if not section.enabled:
             return None
@@ -103,8 +118,13 @@ class LogAssistant:
         role = client.roles[section.role]
 
         def make_client() -> ApiClient:
+            # one analysis at a time: observe() skips an interval while one is in flight
             return ApiClient(
-                {section.role: role}, keys=client.keys, policy=client.policy, concurrency=1
+                {section.role: role},
+                concurrency=1,
+                keys=client.keys,
+                policy=client.policy,
+                usage=usage,
             )
 
         return cls(section, make_client, run_dir, echo)

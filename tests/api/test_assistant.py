@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec
+from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec, UsageLedger
 from ascent.api.assistant import SYSTEM_PROMPT, LogAssistant
 from ascent.config import load_config
 from ascent.config.api import AssistantSection
@@ -100,3 +100,23 @@ def test_from_config_is_none_when_disabled_and_refuses_a_role_without_model(tmp_
     a = LogAssistant.from_config(load_config(path), tmp_path)
     assert a is not None
     a.close(timeout=2)
+
+
+def test_the_analysts_tokens_count_in_the_runs_ledger(server, tmp_path):
+    server.default(CHAT, ok(ANSWER, prompt_tokens=40, completion_tokens=30))
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'[api]\nbase_url = "{server.url}"\napi_key_env = "{KEY_VAR}"\n'
+        '[models]\nanalyst_model = "judge"\n[assistant]\nenabled = true\nlog_interval = 2\n'
+    )
+    usage = UsageLedger()
+    usage.answered("solver", 100, 50, 0.1)  # what the run's own roles spent
+    a = LogAssistant.from_config(load_config(path), tmp_path, lambda _: None, usage=usage)
+    a.observe(2, metrics(2))
+    assert a.wait_idle(5)
+    a.close(timeout=5)
+    spent = usage.snapshot()
+    assert (spent["analyst"].requests, spent["analyst"].total_tokens) == (1, 70)
+    assert spent["solver"].total_tokens == 150
+    saved = json.loads(usage.write(tmp_path).read_text())
+    assert set(saved) == {"analyst", "solver"}
