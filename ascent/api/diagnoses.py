@@ -1,13 +1,13 @@
 """What went wrong on the API channel, as one line that says what to do.
 
-Each failure users hit most has its own `ApiError` subclass and message (tested one by one
-against a scripted server in tests/api/test_client_faults.py). `diagnose` maps an exception
-from the `openai` client (or a bad answer) to one of them; `is_transient` and `retry_after`
-tell the client whether and when to retry. An unknown model is recognised whether the
-endpoint answers 404 (OpenAI, vLLM) or 400 (OpenRouter's "not a valid model ID", DeepSeek's
-"Model Not Exist"); either way /models is asked for the names it serves, and the role's
-fallback model applies. Server-provided text is scrubbed of anything key-shaped before it
-reaches a message.
+Each failure users hit most has its own `ApiError` subclass (ascent.api.failures) and
+message, tested one by one against a scripted server in tests/api/test_client_faults.py.
+`diagnose` maps an exception from the `openai` client (or a bad answer) to one of them;
+`is_transient` and `retry_after` tell the client whether and when to retry. An unknown model
+is recognised whether the endpoint answers 404 (OpenAI, vLLM) or 400 (OpenRouter's "not a
+valid model ID", DeepSeek's "Model Not Exist"); either way /models is asked for the names it
+serves, and the role's fallback model applies. Server-provided text is scrubbed of anything
+key-shaped before it reaches a message.
 """
 
 from __future__ import annotations
@@ -22,86 +22,24 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
 
-from ascent.errors import AscentError
-
-
-class ApiError(AscentError):
-    """A failure on the API channel; the message is one line with the fix."""
-
-    #: A failure of the model (not of the endpoint or key): a fallback model may succeed.
-    model_level = False
-
-    def __init__(self, message: str, *, attempts: int = 1) -> None:
-        super().__init__(" ".join(message.split()))
-        self.attempts = attempts
-
-
-class KeyMissingError(ApiError):
-    """The key variable is unset or empty."""
-
-
-class KeyLooksLikeNameError(ApiError):
-    """The key variable holds a variable name (e.g. OPENAI_API_KEY) instead of a key."""
-
-
-class AuthError(ApiError):
-    """401/403: the endpoint refused the key."""
-
-
-class BaseUrlError(ApiError):
-    """404 (or a web page) where the API should be: base_url points at the wrong place."""
-
-
-class UnknownModelError(ApiError):
-    """The endpoint does not serve the model name."""
-
-    model_level = True
-
-
-class RateLimitedError(ApiError):
-    """429 after every retry."""
-
-    model_level = True
-
-
-class ServerError(ApiError):
-    """5xx, 408 or 409 after every retry: the endpoint's side keeps failing."""
-
-    model_level = True
-
-
-class RequestTimeoutError(ApiError):
-    """No answer within timeout_sec, after every retry."""
-
-    model_level = True
-
-
-class ProxyError(ApiError):
-    """The connection failed while a proxy variable routes the request."""
-
-
-class UnreachableError(ApiError):
-    """The connection failed (no proxy involved): wrong host/port or the server is down."""
-
-
-class NoChoicesError(ApiError):
-    """An answer without `choices` (often an upstream error wrapped in a 200)."""
-
-    model_level = True
-
-
-class MaxTokensError(ApiError):
-    """max_tokens (plus the prompt) is over what the model accepts."""
-
-    model_level = True
-
-
-class BadResponseError(ApiError):
-    """An answer that is not valid JSON (truncated or not an API at all)."""
-
-
-class RequestRejectedError(ApiError):
-    """Any other 4xx, with the server's own explanation."""
+# The failure classes live in failures.py; callers may name them from here too.
+from ascent.api.failures import (  # noqa: F401 re-exported
+    ApiError,
+    AuthError,
+    BadResponseError,
+    BaseUrlError,
+    KeyLooksLikeNameError,
+    KeyMissingError,
+    MaxTokensError,
+    NoChoicesError,
+    ProxyError,
+    RateLimitedError,
+    RequestRejectedError,
+    RequestTimeoutError,
+    ServerError,
+    UnknownModelError,
+    UnreachableError,
+)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from ascent.api.diagnoses import KeyLooksLikeNameError, KeyMissingError
+from ascent.api.failures import KeyLooksLikeNameError, KeyMissingError
 from ascent.config.api import ENV_NAME, mask_secret
 
 __all__ = ["KeySource", "Secret", "mask_secret", "redact"]

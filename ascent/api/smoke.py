@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascent.api.client import ApiClient
-from ascent.api.diagnoses import ApiError
+from ascent.api.failures import ApiError
 from ascent.errors import ConfigError
 
 PROMPT = "Reply with the single word: ok"
