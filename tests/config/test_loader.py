@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str, name: str = "run.toml") -> Path:
 def test_builtin_default_loads_without_a_file():
     cfg = load_config(None)
     assert isinstance(cfg, LLMConfig)
-    assert cfg.model.name_or_path == "ascent:tiny"
+    assert cfg.model.name_or_path.startswith("ascent:tiny")  # a built-in model, no download
 
 
 def test_empty_file_gets_every_default_and_its_stem_as_run_name(tmp_path):
