@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ascent.models import build_tiny_model
@@ -30,3 +31,29 @@ def test_shared_prompt_forward_matches_plain_forward_in_value_and_gradient():
     for a, p in zip(shared, model.parameters(), strict=True):
         assert torch.allclose(a, p.grad, atol=1e-5, rtol=1e-4)
     assert entropy is not None and (entropy[mask] > 0).all()
+
+
+def test_lora_policy_trains_only_adapters_and_decodes_through_the_generic_path(tmp_path):
+    pytest.importorskip("peft")
+    from ascent.config.llm import ModelSection
+    from ascent.models import load_policy
+    from ascent.rollout.decoders import StaticLlamaDecoder
+
+    model, tok = build_tiny_model()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    cfg = ModelSection(name_or_path=str(tmp_path), lora={"enabled": True, "r": 4, "alpha": 8})
+    policy = load_policy(cfg, torch.device("cpu"))
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert not StaticLlamaDecoder.supports(policy)
+
+    engine = TransformersEngine(policy, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id])
+    assert not engine.fast
+    prompts = [tok(p)["input_ids"] for p in ("12+34=", "9+9=")]
+    batch = engine.generate(prompts, [0, 1], 3, SamplingParams(5), torch.Generator().manual_seed(0))
+    logp, _ = response_logprobs(policy, batch)
+    mask = batch.response_mask.bool()
+    assert torch.allclose(logp[mask], batch.logprobs[mask], atol=1e-5)
+    logp[mask].sum().backward()
+    assert all(p.grad is not None for n, p in policy.named_parameters() if n in trainable)
