@@ -55,7 +55,7 @@ class Progress:
     """What the loop carries from step to step (checkpointed with the weights)."""
 
     step: int = 0
-    wall_s: float = 0.0  # training time of earlier sessions of this run (resumes)
+    wall_s: float = 0.0  # wall time of the run so far, over all its sessions (resumes)
     before: dict[str, float] = field(default_factory=dict)  # eval metrics before RL
     last_eval: dict[str, float] = field(default_factory=dict)
     last_eval_step: int = -1
@@ -151,9 +151,17 @@ class _Clock:
 
 
 def _loop(
-    run: LLMRun, run_dir: RunDir, progress: Progress, log: MetricsLogger, bar, stop, clock
-) -> None:
+    run: LLMRun,
+    run_dir: RunDir,
+    progress: Progress,
+    log: MetricsLogger,
+    bar: TrainProgress,
+    stop: dict[str, bool],
+    clock: _Clock,
+) -> int:
+    """Train until total_steps or a stop request; return the step last checkpointed."""
     t, every = run.cfg.train, run.cfg.logging
+    saved = -1
     while progress.step < t.total_steps and not stop["stop"]:
         progress.step += 1
         metrics, scored = rl_step(run, progress.step)
@@ -168,6 +176,8 @@ def _loop(
         if (t.save_steps and progress.step % t.save_steps == 0) or last:
             clock.tick()
             _save(run, run_dir, progress)
+            saved = progress.step
+    return saved
 
 
 def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
@@ -195,8 +205,8 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
         if not progress.before:
             progress.before = _evaluate(run, run_dir, progress, "before").metrics()
         bar.print(_accuracy_line("before", progress.before, n_eval, {}))
-        _loop(run, run_dir, progress, log, bar, stop, clock)
-        if stop["stop"]:
+        saved = _loop(run, run_dir, progress, log, bar, stop, clock)
+        if stop["stop"] and saved != progress.step:
             clock.tick()
             _save(run, run_dir, progress)
         else:

@@ -85,30 +85,35 @@ def policy_logprobs(model: torch.nn.Module, run: LLMRun, rollout: RolloutBatch) 
 
 
 def make_train_batch(run: LLMRun, scored: Scored) -> tuple[TrainBatch, dict[str, float]]:
-    """Advantages (plus the optional KL penalty) and the log-probs the loss will compare to."""
+    """Advantages (with the optional KL reward penalty) and the log-probs the loss needs.
+
+    The sampling policy's log-probs come from the engine when they are exactly the policy's
+    (`exact_logprobs`), else from one forward pass, and are only needed when the batch feeds
+    more than one optimiser step or KL is a reward penalty. The reference model, when there
+    is one, runs once per batch.
+    """
     rollout, parts = scored.rollout, run.parts
     mask = rollout.response_mask
     total = torch.tensor(scored.rewards.total, dtype=torch.float32, device=mask.device)
     rewards = outcome_rewards(total, mask)
     metrics: dict[str, float] = {}
-    ref_logp = None
-    if parts.kl is not None:
-        ref_logp = policy_logprobs(run.reference, run, rollout)
-        if not parts.kl_in_loss:
-            kl = parts.kl(rollout.logprobs, ref_logp)
-            rewards = kl_penalty_rewards(rewards, kl, parts.kl_coef, mask)
-            metrics["kl"] = float(masked_mean(kl, mask))
-            ref_logp = None
+    needs_old = updates_per_step(run.cfg) > 1 or (parts.kl is not None and not parts.kl_in_loss)
+    old_logp = None  # one update: the policy being updated is the sampling policy, ratio = 1
+    if needs_old:
+        exact = run.engine.exact_logprobs
+        old_logp = rollout.logprobs if exact else policy_logprobs(run.policy, run, rollout)
+    ref_logp = None if parts.kl is None else policy_logprobs(run.reference, run, rollout)
+    if ref_logp is not None and not parts.kl_in_loss:
+        kl = parts.kl(old_logp, ref_logp)
+        rewards = kl_penalty_rewards(rewards, kl, parts.kl_coef, mask)
+        metrics["kl"] = float(masked_mean(kl, mask))
+        ref_logp = None
+    if updates_per_step(run.cfg) == 1:
+        old_logp = None
     result = parts.advantage(
         AdvantageBatch(rewards=rewards, mask=mask, group_ids=rollout.group_ids),
         parts.advantage_params,
     )
-    if updates_per_step(run.cfg) == 1:
-        old_logp = None  # the sampling policy is the one about to be updated: ratio = 1
-    elif run.engine.exact_logprobs:
-        old_logp = rollout.logprobs
-    else:
-        old_logp = policy_logprobs(run.policy, run, rollout)
     per_row = masked_mean(result.advantages, mask, dim=-1)
     metrics["adv_std"] = float(per_row.std()) if len(per_row) > 1 else 0.0
     return TrainBatch(rollout, result.advantages, old_logp, ref_logp), metrics

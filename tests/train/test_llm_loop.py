@@ -66,16 +66,30 @@ def test_short_grpo_run_writes_metrics_samples_checkpoints_and_summary(tmp_path)
     assert latest_checkpoint(run_dir.path).name == "step-000004"
 
 
-def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path):
+def stop_at(step: int, monkeypatch) -> None:
+    """Press Ctrl-C during `step` (the loop finishes it, saves, and raises KeyboardInterrupt)."""
+    original = llm_step.rl_step
+
+    def interrupted(run, current):
+        if current == step:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(run, current)
+
+    monkeypatch.setattr("ascent.train.llm.rl_step", interrupted)
+
+
+def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path, monkeypatch):
     straight = config(tmp_path, name="straight")
     train_llm(straight, RunDir.create(straight))
 
-    first = config(tmp_path, "train.total_steps=4", name="split")
-    half = first.model_copy(update={"train": first.train.model_copy(update={"total_steps": 2})})
-    train_llm(half, RunDir.create(half))
-    resumed = RunDir.create(first, resume=tmp_path / "split")
+    split = config(tmp_path, "train.save_steps=0", name="split")
+    with monkeypatch.context() as patch:
+        stop_at(2, patch)
+        with pytest.raises(KeyboardInterrupt):
+            train_llm(split, RunDir.create(split))
+    resumed = RunDir.create(split, resume=tmp_path / "split")
     assert resumed.resume_from.name == "step-000002"
-    train_llm(first, resumed)
+    train_llm(split, resumed)
 
     a = weights(tmp_path / "straight" / "checkpoints" / "step-000004")
     b = weights(tmp_path / "split" / "checkpoints" / "step-000004")
@@ -84,6 +98,8 @@ def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path):
     assert any(not torch.allclose(a[k], start[k], atol=1e-5) for k in a)  # it did train
     steps = [json.loads(x)["step"] for x in (tmp_path / "split" / "metrics.jsonl").open()]
     assert steps == [1, 2, 3, 4]
+    summary = json.loads((tmp_path / "split" / "summary.json").read_text())
+    assert not summary["interrupted"] and summary["eval_accuracy_before"] is not None
 
 
 def one_update(cfg, **parts) -> dict[str, torch.Tensor]:
@@ -132,24 +148,20 @@ def test_no_forward_pass_recomputes_old_logprobs(tmp_path, monkeypatch):
     assert calls == [1]  # the reference model's log-probs, once per batch
 
 
-def test_kl_to_the_reference_is_logged_and_penalised_when_kl_coef_is_set(tmp_path):
-    cfg = config(tmp_path, "algorithm.kl_coef=0.05", "train.total_steps=2")
+@pytest.mark.parametrize("mode", ["loss", "reward"])
+def test_kl_to_the_reference_is_logged_and_penalised_when_kl_coef_is_set(tmp_path, mode):
+    cfg = config(
+        tmp_path, "algorithm.kl_coef=0.05", "train.total_steps=2", f'algorithm.kl_mode="{mode}"'
+    )
     run_dir = RunDir.create(cfg)
     train_llm(cfg, run_dir)
     rows = [json.loads(x) for x in run_dir.metrics_path.open()]
-    assert all(r["kl"] >= 0 for r in rows) and rows[-1]["kl"] > 0
+    assert all(r["kl"] > -1e-6 for r in rows) and rows[-1]["kl"] > 1e-4  # k3 >= 0 up to rounding
 
 
 def test_ctrl_c_finishes_the_step_saves_and_exits(tmp_path, monkeypatch):
     cfg = config(tmp_path, "train.save_steps=0")
-    original = llm_step.rl_step
-
-    def interrupted(run, step):
-        if step == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(run, step)
-
-    monkeypatch.setattr("ascent.train.llm.rl_step", interrupted)
+    stop_at(2, monkeypatch)
     run_dir = RunDir.create(cfg)
     with pytest.raises(KeyboardInterrupt):
         train_llm(cfg, run_dir)
