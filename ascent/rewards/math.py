@@ -1,8 +1,10 @@
 """The math reward: extract the final answer, compare it with the gold by equivalence.
 
 Extraction: the last `\\boxed{...}` (nested braces allowed), or the last match of a configured
-pattern; failing that, a final "the answer is X" unless switched off. Gold answers may be plain
-("42", "\\frac{1}{2}", "[0,1)") or GSM8K solutions ending in "#### 42".
+pattern whose group matched; failing that, "the answer is X" unless switched off: the last one
+that names a number or some mathematics (a later "verify whether the answer is correct" is not
+an answer). Gold answers may be plain ("42", "\\frac{1}{2}", "[0,1)") or GSM8K solutions ending
+in "#### 42". Plain numbers may group their thousands with ",", "\\," or "{,}".
 
 Equivalence is math-verify's (fractions, LaTeX, sets, intervals, percent, units in \\text{}),
 run in helper processes (`MathVerifier`) so that its signal-based timeouts work and a batch can
@@ -13,6 +15,7 @@ numbers are compared directly, without a helper process.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import math as _math
 import os
@@ -42,6 +45,7 @@ _ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*", re.IGNORECASE)
 _GSM8K_GOLD = "####"
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
+_MATHS = re.compile(r"\d|\\[a-zA-Z]+|[\^=π∞√]")  # a digit, a LaTeX command, an operator
 
 
 def extract_boxed(text: str) -> str | None:
@@ -65,10 +69,15 @@ def extract_boxed(text: str) -> str | None:
 
 
 def _answer_is(text: str) -> str | None:
-    matches = list(_ANSWER_IS.finditer(text))
-    if not matches:
-        return None
-    rest = text[matches[-1].end() :].split("\n", 1)[0].strip()
+    """What follows the last "answer is" that names some mathematics, else the last one."""
+    found = [_after(text, match.end()) for match in _ANSWER_IS.finditer(text)]
+    found = [answer for answer in found if answer]
+    mathematical = [answer for answer in found if _MATHS.search(answer)]
+    return (mathematical or found or [None])[-1]
+
+
+def _after(text: str, start: int) -> str | None:
+    rest = text[start:].split("\n", 1)[0].strip()
     boxed = extract_boxed(rest)
     if boxed is not None:
         return boxed
@@ -83,12 +92,13 @@ def _answer_is(text: str) -> str | None:
 def extract_answer(text: str, pattern: str = "", answer_is_fallback: bool = True) -> str | None:
     """The final answer in a completion, or None.
 
-    `pattern`: a regex whose first group is the answer (its last match wins); empty: the last
-    `\\boxed{...}`. `answer_is_fallback`: when that finds nothing, take "the answer is X".
+    `pattern`: a regex whose first group is the answer (its last match in which the group took
+    part wins); empty: the last `\\boxed{...}`. `answer_is_fallback`: when that finds nothing,
+    take "the answer is X".
     """
     if pattern:
-        matches = list(re.finditer(pattern, text))
-        found = matches[-1].group(1).strip() if matches else None
+        groups = [m.group(1) for m in re.finditer(pattern, text)]
+        found = next((g.strip() for g in reversed(groups) if g is not None and g.strip()), None)
     else:
         found = extract_boxed(text)
     if found:
@@ -106,7 +116,8 @@ def parse_gold(answer: Any) -> str:
 
 
 def _as_number(text: str) -> Decimal | None:
-    cleaned = _THOUSANDS.sub("", text.strip().replace("\\!", "")).rstrip(".")
+    cleaned = text.strip().replace("\\!", "").replace("\\,", "").replace("{,}", ",")
+    cleaned = _THOUSANDS.sub("", cleaned).rstrip(".")
     if cleaned.startswith(("\\$", "$")):
         cleaned = cleaned.lstrip("\\$")
     if not _PLAIN_NUMBER.fullmatch(cleaned):
@@ -216,7 +227,8 @@ class MathVerifier:
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="ascent-math")
         self._lock = threading.Lock()
         self._closed = False
-        atexit.register(_close_quietly, weakref.ref(self))
+        self._at_exit = functools.partial(_close_quietly, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     def check(self, gold: str, prediction: str) -> dict[str, Any]:
         quick = compare_numbers(gold, prediction)
@@ -236,6 +248,7 @@ class MathVerifier:
             if self._closed:
                 return
             self._closed = True
+        atexit.unregister(self._at_exit)
         self._executor.shutdown(wait=True)
         for proc in self._procs:
             proc.stop()

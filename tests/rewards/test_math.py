@@ -60,6 +60,10 @@ def test_extract_boxed_answers(text, expected):
         ("The answer is: **12**", "12"),
         ("So the answer is 3.5.\nExtra words after.", "3.5"),
         ("the answer is \\boxed{9} obviously", "9"),
+        # A later "answer is" that names no mathematics is not the answer.
+        ("The answer is 12. Let me verify whether the answer is correct.", "12"),
+        ("The answer is 3. Hmm, the answer is $x^2$.", "x^2"),
+        ("I think the answer is B.", "B"),  # nothing mathematical anywhere: the last one
     ],
 )
 def test_the_answer_is_fallback(text, expected):
@@ -78,6 +82,13 @@ def test_a_configured_pattern_replaces_boxed():
     assert (
         extract_answer("\\boxed{99}", pattern=r"Answer:\s*(\S+)", answer_is_fallback=False) is None
     )
+
+
+def test_a_pattern_whose_group_did_not_take_part_counts_as_no_answer():
+    optional = r"(?:Answer: (\d+))?"  # matches everywhere, mostly with an empty group
+    assert extract_answer("Answer: 7 and more", pattern=optional) == "7"
+    assert extract_answer("no digits", pattern=optional, answer_is_fallback=False) is None
+    assert extract_answer("the answer is 5", pattern=optional) == "5"  # then the fallback
 
 
 def test_pattern_without_a_group_or_invalid_is_a_config_error():
@@ -109,6 +120,18 @@ def test_plain_numbers_are_settled_without_math_verify_only_when_it_would_agree(
     assert compare_numbers("5", "6") == "not_equal"
     assert compare_numbers("0.333333", "0.3333333") is None  # math-verify rounds: ask it
     assert compare_numbers("\\frac{1}{2}", "0.5") is None
+    assert compare_numbers("1000", "1\\,000") == "equal"  # LaTeX thin-space grouping
+    assert compare_numbers("1000", "1{,}000") == "equal"
+    assert compare_numbers("1234567", "1\\,234\\,567") == "equal"
+
+
+def test_boxed_numbers_with_latex_thousands_separators_score_correct(reward):
+    values = reward(
+        [""] * 3,
+        ["\\boxed{1\\,000}", "\\boxed{1{,}000}", "\\boxed{1\\,001}"],
+        answer=["1000", "#### 1,000", "1000"],
+    )
+    assert values == [1.0, 1.0, -1.0]
 
 
 # -- equivalence with math-verify --------------------------------------------------------------
@@ -215,10 +238,11 @@ def test_a_hung_checker_process_is_killed_and_replaced(monkeypatch):
 
 
 def check_gsm8k(reward: MathReward, rows: list[dict]) -> None:
+    # Completions box the raw text after "####" ("1,450,000" included), not parse_gold's output.
     golds = [row["answer"] for row in rows]
-    final = [parse_gold(g) for g in golds]
-    right = [f"Let me compute step by step.\nThe total is \\boxed{{{f}}}." for f in final]
-    wrong = [f"\\boxed{{{int(float(f)) + 1}}}" for f in final]
+    raw = [g.rsplit("####", 1)[1].strip() for g in golds]
+    right = [f"Let me compute step by step.\nThe total is \\boxed{{{r}}}." for r in raw]
+    wrong = [f"\\boxed{{{int(r.replace(',', '')) + 1}}}" for r in raw]
     values = reward([""] * 2 * len(rows), right + wrong, answer=golds + golds)
     assert values[: len(rows)] == [1.0] * len(rows)
     assert values[len(rows) :] == [-1.0] * len(rows)
