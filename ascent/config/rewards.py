@@ -137,14 +137,20 @@ class SandboxSection(Section):
     wall_limit_factor: float = Field(
         2.0, ge=1.0, description="Wall-clock limit per run, as a multiple of its CPU time limit."
     )
-    memory_mb: int = Field(512, ge=16, description="Address-space limit per run.")
+    memory_mb: int = Field(
+        512,
+        ge=16,
+        description="Memory per run: the address-space limit of each process and, where the "
+        "workers get a cgroup (root, or a delegated cgroup), of all its processes and files "
+        "together.",
+    )
     stack_mb: int = Field(
         64,
         ge=1,
         description="Stack limit per run, within memory_mb (C/C++ threads reserve this much each).",
     )
     max_processes: int = Field(
-        64, ge=1, description="Processes and threads a run may have at once."
+        16, ge=1, description="Processes and threads a run may have at once."
     )
     max_open_files: int = Field(64, ge=8, description="Open file descriptors per process.")
     output_limit_kb: int = Field(
@@ -166,8 +172,9 @@ class SandboxSection(Section):
     run_uid: int = Field(
         60000,
         ge=1,
-        description="When ascent runs as root, worker i runs programs as uid run_uid + i "
-        "(uids that own no files).",
+        description="When ascent runs as root, programs run as uids from run_uid upwards that "
+        "own no files: two per worker (the program, its call-a-function tests), held "
+        "host-wide by lock files in /run/ascent-sandbox.",
     )
 
     @model_validator(mode="after")

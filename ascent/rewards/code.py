@@ -7,9 +7,10 @@ With partial_credit, the fraction of hidden tests passed counts too: max(tier, p
 passed / total). A sandbox failure (not the program's fault) scores None.
 
 Columns: `tests` (a list of {"input", "output"} for stdin/stdout, or HumanEval-style test code
-defining check(candidate) together with `entry_point`), and optionally `sample_tests`,
-`language` (python or cpp; else the code fence's tag, else default_language), `time_limit_ms`,
-and `checker` (+ `checker_language`) for problems with several right answers.
+defining check(candidate) together with `entry_point`, and optionally `test_setup`: trusted code
+the tests run first, e.g. the HumanEval prompt whose helpers some tests call), and optionally
+`sample_tests`, `language` (python or cpp; else the code fence's tag, else default_language),
+`time_limit_ms`, and `checker` (+ `checker_language`) for problems with several right answers.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class CodeTask:
     tests: list[StdioTest] | None = None
     test_code: str | None = None  # call-a-function tests (HumanEval style)
     entry_point: str | None = None
+    test_setup: str | None = None  # trusted code the function tests run first (the prompt)
     sample_tests: list[StdioTest] = field(default_factory=list)
     time_limit_ms: int | None = None
     checker: str | None = None
@@ -113,6 +115,7 @@ def make_task(
     tests: Any,
     *,
     entry_point: Any = None,
+    test_setup: Any = None,
     sample_tests: Any = None,
     time_limit_ms: Any = None,
     checker: Any = None,
@@ -130,8 +133,15 @@ def make_task(
             raise AscentError("with an entry_point, tests must be test code defining check()")
         if language != "python":
             raise AscentError("call-a-function tests (entry_point) need a Python program")
+        if test_setup is not None and not isinstance(test_setup, str):
+            raise AscentError("test_setup must be Python code (e.g. the problem's prompt)")
         return CodeTask(
-            code, language, test_code=tests, entry_point=entry_point, time_limit_ms=time_limit_ms
+            code,
+            language,
+            test_code=tests,
+            entry_point=entry_point,
+            test_setup=test_setup,
+            time_limit_ms=time_limit_ms,
         )
     parsed = parse_stdio_tests(tests)
     if not parsed:
@@ -240,7 +250,10 @@ def _run_tests(
     """The test results, and whether the samples passed (None: no samples)."""
     if task.test_code is not None:
         assert task.entry_point is not None
-        return [run_function_test(worker, program, task.test_code, task.entry_point, limits)], None
+        test = run_function_test(
+            worker, program, task.test_code, task.entry_point, limits, task.test_setup
+        )
+        return [test], None
     stop = cfg.test_policy == "stop_at_first_failure"
 
     def run(tests: list[StdioTest], kind: str) -> list[TestResult]:
@@ -295,6 +308,7 @@ class CodeReward(ScoredReward):
             name: optional_column(columns, name, n)
             for name in (
                 "entry_point",
+                "test_setup",
                 "sample_tests",
                 "language",
                 "time_limit_ms",

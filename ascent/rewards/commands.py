@@ -91,7 +91,8 @@ def _score_math(reward: Any, rows: list[tuple[str, str]]) -> list[dict[str, Any]
 @reward_app.command("code")
 def reward_code(input: InputOption = None, config: ConfigOption = None, set_: SetOption = None):
     """Judge programs in the sandbox. In: {"code", "language"?, "tests", "sample_tests"?,
-    "time_limit_ms"?, "entry_point"?, "checker"?}; out: reward, status, passed, total, tests."""
+    "time_limit_ms"?, "entry_point"?, "test_setup"?, "checker"?}; out: reward, status, passed,
+    total, tests."""
     from ascent.rewards.code import CodeReward
     from ascent.rewards.sandbox import check_isolation
 
@@ -123,6 +124,7 @@ def _code_row(obj: dict[str, Any], default_language: str) -> Any:
         language,
         obj["tests"],
         entry_point=obj.get("entry_point"),
+        test_setup=obj.get("test_setup"),
         sample_tests=obj.get("sample_tests"),
         time_limit_ms=obj.get("time_limit_ms"),
         checker=obj.get("checker"),

@@ -2,10 +2,11 @@
 call-a-function (HumanEval style).
 
 Expected outputs stay on the host: the program only ever sees a test's input, and its output is
-compared here, token by token. A checker, for problems with several right answers, is a
-separate program run in its own sandboxed run with the input, the program's output and the
-expected answer as files (`checker input.txt output.txt answer.txt`, testlib's convention; exit 0
-accepts, 1 or 2 rejects, anything else is a checker failure).
+compared here, token by token. A checker, for problems with several right answers, is a separate
+program run in its own sandboxed run with the input, the program's output and the expected
+answer as files (`checker input.txt output.txt answer.txt`, testlib's convention; exit 0
+accepts, 1 or 2 rejects, anything else is a checker failure). Function tests run in a process of
+their own that calls the program's function with plain data.
 """
 
 from __future__ import annotations
@@ -148,14 +149,17 @@ def _judge_output(
 
 
 def run_function_test(
-    worker: Worker, program: Program, test_code: str, entry_point: str, limits: Limits
+    worker: Worker,
+    program: Program,
+    test_code: str,
+    entry_point: str,
+    limits: Limits,
+    setup: str | None = None,
 ) -> TestResult:
-    """HumanEval style: `test_code` defines check(candidate); it must return without error."""
-    run = worker.check_function(program, test_code, entry_point, limits)
-    detail = run.detail
-    if run.status == "runtime_error":
-        lines = run.stderr.strip().splitlines()
-        detail = lines[-1][:300] if lines else detail
-        if lines and lines[-1].startswith("AssertionError"):
-            return TestResult("wrong_answer", run.time_ms, run.memory_kb, detail)
-    return TestResult(run.status, run.time_ms, run.memory_kb, detail)
+    """HumanEval style: `test_code` defines check(candidate); it must return without error.
+
+    The tests run in their own process and call the program's function with plain data (see
+    `Worker.check_function`); `setup` is trusted code run there first (the problem's prompt).
+    """
+    run = worker.check_function(program, test_code, entry_point, limits, setup)
+    return TestResult(run.status, run.time_ms, run.memory_kb, run.detail)

@@ -206,6 +206,9 @@ def check_humaneval(reward: CodeReward, problems: list[dict]) -> None:
     columns = {
         "tests": [p["test"] for p in problems] * 2,
         "entry_point": [p["entry_point"] for p in problems] * 2,
+        # Some tests call the prompt's helpers (poly, encode_cyclic, encode_shift): the trusted
+        # prompt runs in the test process, the program's own copies never do.
+        "test_setup": [p["prompt"] for p in problems] * 2,
     }
     scored = reward.score([""] * len(good + bad), good + bad, **columns)
     n = len(problems)

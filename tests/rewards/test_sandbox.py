@@ -171,6 +171,26 @@ def test_run_program_one_shot_and_the_json_contract():
     assert data["status"] in STATUSES
 
 
+def test_one_shot_runs_leave_no_exit_handlers_behind():
+    # A pool or math verifier registers an exit handler; closing it must take it back, or
+    # every one-shot run_program leaves one behind (atexit holds each handler's function).
+    import gc
+    import sys
+
+    from ascent.rewards import math
+    from ascent.rewards.sandbox import pool
+
+    isolation_or_skip(FAST)
+    handlers = (pool._close_quietly, math._close_quietly)
+    gc.collect()
+    before = [sys.getrefcount(h) for h in handlers]
+    for _ in range(3):
+        run_program("print(1)", "python", cfg=FAST)
+        math.MathVerifier(workers=1, timeout_s=1.0).close()
+    gc.collect()
+    assert [sys.getrefcount(h) for h in handlers] == before
+
+
 def test_closed_pool_refuses_new_work():
     isolation_or_skip(FAST)
     pool = SandboxPool(FAST.model_copy(update={"workers": 1}))

@@ -92,8 +92,10 @@ def test_sandbox_kills_cpp_fork_bomb(pool, baseline):
 
 
 def test_sandbox_contains_thread_bomb(pool, baseline):
+    # Small stacks, so that the process limit, not the memory limit, is what stops it.
     bomb = (
         "import threading, time\n"
+        "threading.stack_size(65536)\n"
         "started = 0\n"
         "try:\n"
         "    while True:\n"

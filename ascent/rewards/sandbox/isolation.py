@@ -2,11 +2,14 @@
 
 Under bubblewrap each worker gets its own namespaces: no network (an empty network namespace
 with only loopback), its own PID namespace with the zygote as PID 1 (so it can kill every
-process a run leaves), a read-only view of the system directories the interpreter and the
-compiler need and nothing else of the host's files (no home, no project, no test data), a
-private size-limited /tmp, a cleared environment, no new user namespaces. As root, programs
-run as an unprivileged uid (root would ignore the process limit); as a normal user, bubblewrap
-maps that user into a new user namespace and programs run as that user without capabilities.
+process a run leaves), its own IPC namespace, a read-only view of the system directories the
+interpreter and the compiler need and nothing else of the host's files (no home, no project, no
+test data), a private size-limited /tmp and a cleared environment. As root, programs run as
+an unprivileged uid of the worker's own (`uids`; root would ignore the process limit); as a
+normal user, bubblewrap maps that user into a new user namespace and programs run as that user
+without capabilities. Either way every run gets a seccomp filter (`inside/seccomp.py`): no new
+namespaces, mounts, tracing or SysV IPC objects. Where the host allows, the whole sandbox lives
+in a cgroup of its own (`cgroups`), which the command joins before bubblewrap starts.
 
 Where bubblewrap is missing or cannot create namespaces, `check_isolation` raises an
 `AscentError` that names the fix, unless the config says `unsafe_local = true`.
@@ -14,6 +17,7 @@ Where bubblewrap is missing or cannot create namespaces, `check_isolation` raise
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -25,10 +29,14 @@ from pathlib import Path
 
 from ascent.config.rewards import SandboxSection
 from ascent.errors import AscentError
+from ascent.rewards.sandbox.uids import UidPair
 
-ZYGOTE = Path(__file__).with_name("zygote.py")
-ZYGOTE_IN_SANDBOX = "/ascent/zygote.py"
+INSIDE = Path(__file__).with_name("inside")  # the code that runs in the sandbox
+INSIDE_IN_SANDBOX = "/ascent"
 SANDBOX_ROOT = "/tmp/ascent"
+# Enter each cgroup named before "--" (its cgroup.procs file), then become the command after it.
+JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
 # System paths bound read-only; symlinks (merged /usr) are recreated as symlinks.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
@@ -60,20 +68,32 @@ def python_executable() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def worker_command(cfg: SandboxSection, index: int) -> WorkerCommand:
-    """The command that starts worker `index`'s zygote under the configured isolation."""
+def worker_command(
+    cfg: SandboxSection, uids: UidPair | None = None, cgroups: list[str] = ()
+) -> WorkerCommand:
+    """The command that starts a worker's zygote under the configured isolation.
+
+    `uids`: the worker's run and test-process uids (as root); `cgroups`: cgroup.procs files
+    the worker joins before it starts.
+    """
     python = python_executable()
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    root = os.geteuid() == 0
-    uid = cfg.run_uid + index if root else -1
     check_isolation(cfg)
+    settings = {"uid": -1, "gid": -1, "judge_uid": -1, "seccomp": not cfg.unsafe_local}
+    if uids is not None:
+        settings.update(uid=uids.run_uid, gid=uids.run_uid, judge_uid=uids.judge_uid)
     if cfg.unsafe_local:
         tmp = tempfile.mkdtemp(prefix="ascent-sandbox-")
-        argv = [python, "-I", "-S", "-B", str(ZYGOTE), tmp, "-1", "-1"]
-        return WorkerCommand(argv, env, tmp)
-    argv = [_bwrap(), *_bwrap_args(cfg, root, python)]
-    argv += [python, "-I", "-S", "-B", ZYGOTE_IN_SANDBOX, SANDBOX_ROOT, str(uid), str(uid)]
-    return WorkerCommand(argv, env, None)
+        settings["root"] = tmp
+        argv = [python, "-I", "-S", "-B", str(INSIDE / "zygote.py"), json.dumps(settings)]
+    else:
+        tmp = None
+        settings["root"] = SANDBOX_ROOT
+        argv = [_bwrap(), *_bwrap_args(cfg, os.geteuid() == 0, python)]
+        argv += [python, "-I", "-S", "-B", f"{INSIDE_IN_SANDBOX}/zygote.py", json.dumps(settings)]
+    if cgroups:
+        argv = ["/bin/sh", "-c", JOIN_CGROUPS, "ascent-sandbox", *cgroups, "--", *argv]
+    return WorkerCommand(argv, env, tmp)
 
 
 def _bwrap() -> str:
@@ -112,7 +132,7 @@ def _bwrap_args(cfg: SandboxSection, root: bool, python: str) -> list[str]:
         args += _bind_readable(python)
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(cfg.tmp_size_mb << 20), "--tmpfs", "/tmp"]
-    args += ["--ro-bind", str(ZYGOTE), ZYGOTE_IN_SANDBOX]
+    args += ["--ro-bind", str(INSIDE), INSIDE_IN_SANDBOX]
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]
     return args
 
@@ -142,7 +162,9 @@ def check_isolation(cfg: SandboxSection) -> None:
         return
     root = os.geteuid() == 0
     python = python_executable()
-    argv = (_bwrap(), *_bwrap_args(cfg, root, python), python, "-I", "-S", "-c", "pass")
+    # Start an empty sandbox and install the system-call filter there, as every run will.
+    seccomp = f"{INSIDE_IN_SANDBOX}/seccomp.py"
+    argv = (_bwrap(), *_bwrap_args(cfg, root, python), python, "-I", "-S", "-B", seccomp)
     error = _probe(argv, root)
     if error:
         raise AscentError(error)
@@ -160,6 +182,12 @@ def _probe(argv: tuple[str, ...], root: bool) -> str | None:
     if done.returncode == 0:
         return None
     reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    if reason.startswith("seccomp: "):
+        return (
+            f"the code sandbox cannot filter system calls here ({reason[9:]}); run it on an "
+            "x86_64 or aarch64 Linux kernel with seccomp, or set sandbox.unsafe_local = true "
+            "for trusted code only"
+        )
     fix = (
         "the kernel refused to create namespaces (inside a container, allow them)"
         if root

@@ -79,7 +79,9 @@ class Limits:
 
 @dataclass
 class RunResult:
-    """One program run. `time_ms` is wall-clock time; `memory_kb` is peak resident memory."""
+    """One program run. `time_ms` is wall-clock time; `memory_kb` is peak memory: the largest
+    process's, or, where the worker has a cgroup, all the run's processes and files together
+    when that is more. `verdict`: the test process's, for call-a-function runs."""
 
     status: Status
     exit_code: int | None = None
@@ -90,7 +92,7 @@ class RunResult:
     memory_kb: int = 0
     signal: int | None = None
     detail: str = ""
-    verdict: str | None = field(default=None, repr=False)
+    verdict: dict[str, str] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The `ascent sandbox run` object (its keys are part of the command-line contract)."""
@@ -135,6 +137,8 @@ def _classify(raw: dict[str, Any], limits: Limits) -> tuple[Status, str]:
         return "memory_limit", "the program does not fit in the memory limit"
     if error:
         return "sandbox_error", f"sandbox: {error}"
+    if raw.get("oom_killed"):
+        return "memory_limit", f"memory limit of {limits.memory_mb} MB for all its processes"
     if raw["wall_timeout"]:
         return "timeout", f"wall-clock limit of {limits.wall_ms} ms"
     if sig == signal.SIGXCPU or raw["cpu_ms"] > limits.cpu_ms:
@@ -149,6 +153,29 @@ def _classify(raw: dict[str, Any], limits: Limits) -> tuple[Status, str]:
     if sig is not None:
         return "runtime_error", f"killed by {_signal_name(sig)}"
     return "runtime_error", f"exit code {raw['exit_code']}"
+
+
+def apply_verdict(result: RunResult) -> RunResult:
+    """A call-a-function run's status: a limit the program hit, else the test process's verdict.
+
+    The verdict comes from the test process alone (the program cannot reach it): passed, failed
+    (an assertion: wrong_answer), error (runtime_error), test_error (the test code itself cannot
+    run: sandbox_error, not the program's fault); none at all means the tests never finished.
+    """
+    if result.status in ("timeout", "memory_limit", "output_limit", "sandbox_error"):
+        return result
+    verdict = result.verdict or {}
+    outcome, message = verdict.get("outcome"), verdict.get("message", "")
+    if outcome == "passed":
+        return result
+    if outcome == "failed":
+        result.status, result.detail = "wrong_answer", message
+    elif outcome == "test_error":
+        result.status, result.detail = "sandbox_error", f"the tests cannot run: {message}"
+    else:
+        result.status = "runtime_error"
+        result.detail = message if outcome == "error" else "the tests did not finish"
+    return result
 
 
 def _signal_name(sig: int) -> str:

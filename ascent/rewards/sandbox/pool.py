@@ -4,11 +4,16 @@
 trainer can hand over one batch's programs and go on generating the next batch while they run.
 A task gets a worker to itself for its whole duration, which is what lets a solution be compiled
 once and then run against all its tests. Workers start on first use and stop with `close()`.
+
+Where workers get no cgroup (`cgroups.available()` is False), memory_mb and max_processes are
+per process: a pool whose runs could together use more than the machine's memory says so once.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import logging
 import os
 import queue
 import threading
@@ -18,11 +23,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ascent.config.rewards import SandboxSection
+from ascent.rewards.sandbox import cgroups
 from ascent.rewards.sandbox.isolation import check_isolation
 from ascent.rewards.sandbox.limits import Limits, RunResult
 from ascent.rewards.sandbox.worker import Worker
 
 T = TypeVar("T")
+log = logging.getLogger("ascent.rewards.sandbox")
 
 
 def pool_size(cfg: SandboxSection) -> int:
@@ -49,7 +56,10 @@ class SandboxPool:
         self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="ascent-sandbox")
         self._closed = False
         self._lock = threading.Lock()
-        atexit.register(_close_quietly, weakref.ref(self))
+        self._at_exit = functools.partial(_close_quietly, weakref.ref(self))
+        atexit.register(self._at_exit)
+        if not cgroups.available():
+            warn_if_memory_can_run_out(cfg, self.size)
 
     def submit(self, task: Callable[[Worker], T]) -> Future[T]:
         """Run `task(worker)` on the next free worker; the future holds what it returns."""
@@ -74,6 +84,7 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
+        atexit.unregister(self._at_exit)
         self._executor.shutdown(wait=True, cancel_futures=True)
         for worker in self._workers:
             worker.stop()
@@ -90,6 +101,27 @@ class SandboxPool:
             return task(worker)
         finally:
             self._idle.put(worker)
+
+
+def warn_if_memory_can_run_out(cfg: SandboxSection, workers: int) -> bool:
+    """Without cgroups each process of a run may use memory_mb: warn (True) when the pool's
+    worst case, workers x (max_processes x memory_mb + tmp_size_mb), exceeds physical memory."""
+    worst_mb = workers * (cfg.max_processes * cfg.memory_mb + cfg.tmp_size_mb)
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+    if worst_mb <= total_mb:
+        return False
+    log.warning(
+        "sandbox: no cgroup for the workers here (needs root or a delegated cgroup), so memory "
+        "limits are per process: %d workers x (%d processes x %d MB + %d MB tmp) = %d MB could "
+        "exceed this machine's %d MB; lower sandbox.max_processes, memory_mb or workers",
+        workers,
+        cfg.max_processes,
+        cfg.memory_mb,
+        cfg.tmp_size_mb,
+        worst_mb,
+        total_mb,
+    )
+    return True
 
 
 def _close_quietly(ref: weakref.ref[SandboxPool]) -> None:
