@@ -3,8 +3,9 @@
 `build_reward(reward_cfg, sandbox_cfg)` resolves each name in `[reward] functions` (a name
 registered in `REWARDS`, or a "package.module:function" import path to any callable with the
 TRL signature) and returns a `CompositeReward`. Calling it gives a `RewardOutput`: the weighted
-total per sample (components that return None for a sample are left out of its sum), each
-component's values (for per-component metrics), and per-sample details for logging.
+total per sample (components that return None for a sample are left out of its sum; when every
+component returns None the total is None too, as in TRL, so the trainer can mask the sample),
+each component's values (for per-component metrics), and per-sample details for logging.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ascent.rewards.base import REWARDS, DetailedReward, RewardFunction, Scored
 class RewardOutput:
     """Rewards for one batch of completions."""
 
-    total: list[float]  # weighted sum per sample; None components are skipped
+    total: list[float | None]  # weighted sum per sample of the components that apply; None: none do
     components: dict[str, list[float | None]]  # each reward function's own values
     details: list[dict[str, Any]]  # per sample: {component name: its detail dict}
 
@@ -56,15 +57,15 @@ class CompositeReward:
             components[name] = _check_values(name, scored.values, n)
             for i, detail in enumerate(scored.details):
                 details[i][name] = detail
-        total = [
-            sum(
+        total: list[float | None] = []
+        for i in range(n):
+            parts = [
                 self.weights[name] * value
                 for name, values in components.items()
                 if (value := values[i]) is not None
-            )
-            for i in range(n)
-        ]
-        return RewardOutput([float(t) for t in total], components, details)
+            ]
+            total.append(float(sum(parts)) if parts else None)
+        return RewardOutput(total, components, details)
 
     def submit(
         self, prompts: list[Any], completions: list[Any], **columns: list[Any]

@@ -13,6 +13,11 @@ def first_only(prompts, completions, **columns):
     return [1.0] + [None] * (len(completions) - 1)
 
 
+def first_only_negative(prompts, completions, **columns):
+    """-1 for the first sample only (None elsewhere)."""
+    return [-1.0] + [None] * (len(completions) - 1)
+
+
 def uses_a_column(prompts, completions, target, **columns):
     return [float(c == t) for c, t in zip(completions, target, strict=True)]
 

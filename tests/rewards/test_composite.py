@@ -55,6 +55,13 @@ def test_weighted_total_skips_components_that_do_not_apply():
     }
 
 
+def test_a_sample_no_component_applies_to_has_no_total():
+    # TRL's rule: every reward None -> the sample's reward is None (the trainer masks it), not 0.
+    reward = build([f"{CUSTOM}:first_only", f"{CUSTOM}:first_only_negative"], [1.0, 2.0])
+    out = reward(["p"] * 2, ["a", "b"])
+    assert out.total == [1.0 - 2.0, None]
+
+
 def test_empty_weights_mean_one_each_and_columns_reach_custom_functions():
     reward = build([f"{CUSTOM}:uses_a_column", f"{CUSTOM}:length_reward"])
     out = reward(["p", "p"], ["yes", "no"], target=["yes", "yes"])
