@@ -6,11 +6,15 @@ every sample test gets sample_reward (0.3); one that passes every test gets pass
 With partial_credit, the fraction of hidden tests passed counts too: max(tier, pass_reward *
 passed / total). A sandbox failure (not the program's fault) scores None.
 
+With partial credit, a program that fails the sample tests never reaches pass_reward: its hidden
+tests count as if one of them had failed too.
+
 Columns: `tests` (a list of {"input", "output"} for stdin/stdout, or HumanEval-style test code
 defining check(candidate) together with `entry_point`, and optionally `test_setup`: trusted code
 the tests run first, e.g. the HumanEval prompt whose helpers some tests call), and optionally
 `sample_tests`, `language` (python or cpp; else the code fence's tag, else default_language),
-`time_limit_ms`, and `checker` (+ `checker_language`) for problems with several right answers.
+`time_limit_ms`, and `checker` (+ `checker_language`, else default_language) for problems with
+several right answers.
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ class CodeTask:
     sample_tests: list[StdioTest] = field(default_factory=list)
     time_limit_ms: int | None = None
     checker: str | None = None
-    checker_language: str = "python"
+    checker_language: str | None = None  # None: [reward.code] default_language
 
     @property
     def total(self) -> int:
@@ -156,7 +160,7 @@ def make_task(
         sample_tests=samples,
         time_limit_ms=time_limit_ms,
         checker=checker,
-        checker_language=language_name(checker_language, "checker_language") or "python",
+        checker_language=language_name(checker_language, "checker_language"),
     )
 
 
@@ -198,7 +202,8 @@ def tier_reward(cfg: CodeRewardSection, samples_ok: bool | None, passed: int, to
     else:
         reward = cfg.compile_reward
     if cfg.partial_credit and total:
-        reward = max(reward, cfg.pass_reward * passed / total)
+        counted = passed if samples_ok is not False else min(passed, total - 1)
+        reward = max(reward, cfg.pass_reward * counted / total)
     return reward
 
 
@@ -219,7 +224,7 @@ def judge_task(
         if not program.ok:
             return verdict
         if task.checker is not None:
-            checker = worker.prepare(task.checker, task.checker_language)
+            checker = worker.prepare(task.checker, task.checker_language or cfg.default_language)
             if not checker.ok:
                 detail = f"the checker does not compile: {checker.compile.stderr[-300:]}"
                 return _sandbox_failure(verdict, detail)

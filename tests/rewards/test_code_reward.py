@@ -100,6 +100,20 @@ def test_partial_credit_counts_the_fraction_of_hidden_tests(reward):
     assert len(scored.details[1]["tests"]) == 4  # run_all: every test ran, for the log
 
 
+def test_partial_credit_never_reaches_pass_reward_when_the_samples_fail(reward):
+    # Right on every hidden test, wrong on the sample (2 2): before, max(0.1, 1.0 * 4/4) = 1.0.
+    hidden_only = "a, b = map(int, input().split())\nprint(5 if (a, b) == (2, 2) else a + b)\n"
+    cfg = CodeRewardSection(partial_credit=True, test_policy="run_all")
+    partial = CodeReward(cfg, FAST)
+    try:
+        scored = score(partial, [fenced(hidden_only)], tests=ADD_TESTS, sample_tests=ADD_SAMPLES)
+    finally:
+        partial.close()
+    # The failed sample counts as one more failed hidden test: max(0.1, 1.0 * 3/4) = 0.75.
+    assert scored.values == [0.75]
+    assert scored.details[0]["passed"] == 4
+
+
 def test_partial_credit_without_run_all_is_refused():
     with pytest.raises(ValueError, match="test_policy = 'run_all'"):
         CodeRewardSection(partial_credit=True)
@@ -146,6 +160,17 @@ def test_checker_accepts_any_right_answer_and_never_shows_the_answer_to_the_prog
     scored = score(reward, [fenced(largest), fenced(snooping)], tests=tests, checker=checker)
     assert scored.values == [1.0, 0.1]  # 12 and 35 are accepted though the answers say 2 and 5
     assert scored.details[1]["status"] == "wrong_answer"
+
+
+def test_a_checker_without_a_language_is_in_the_configured_default_language():
+    isolation_or_skip(FAST)
+    checker = '#include <cstdio>\nint main() { std::puts("accepted"); return 0; }\n'
+    cpp_default = CodeReward(CodeRewardSection(default_language="cpp"), FAST)
+    try:
+        scored = score(cpp_default, [fenced(RIGHT)], tests=ADD_TESTS[:1], checker=checker)
+    finally:
+        cpp_default.close()
+    assert scored.values == [1.0], scored.details
 
 
 def test_rows_without_tests_are_not_applicable(reward):
