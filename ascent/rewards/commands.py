@@ -2,8 +2,8 @@
 
 JSONL in (a file or stdin), JSONL out, one output line per input line, in input order, each
 with the input's `line` number. A malformed line gets {"line": n, "error": "..."} and the rest
-still runs; blank lines are skipped. Settings come from the defaults, or from `--config` and
-`--set` (their [reward] and [sandbox] sections).
+still runs; blank lines are skipped. Settings are the [reward] and [sandbox] defaults with any
+`--set` overrides on top, or those sections of a `--config` file (with its overrides).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Annotated, Any, TextIO
 import typer
 from pydantic import ValidationError
 
+from ascent.config.base import Section
 from ascent.config.rewards import RewardSection, SandboxSection
-from ascent.errors import AscentError
+from ascent.errors import AscentError, ConfigError
 
 reward_app = typer.Typer(
     help="Score completions (math) or programs (code) with the built-in rewards: JSONL in, "
@@ -43,18 +44,42 @@ SetOption = Annotated[
 ]
 
 
+class _Sections(Section):
+    """What the reward and sandbox commands read of a config."""
+
+    reward: RewardSection = RewardSection()
+    sandbox: SandboxSection = SandboxSection()
+
+
 def load_sections(
     config: Path | None, sets: list[str] | None
 ) -> tuple[RewardSection, SandboxSection]:
-    """The [reward] and [sandbox] sections: defaults, or from a config file and overrides."""
-    if config is None and not sets:
-        return RewardSection(), SandboxSection()
-    from ascent.config import load_config
+    """The [reward] and [sandbox] sections: the defaults with `--set` overrides, or a config
+    file's (not the built-in training recipe's, which has its own answer pattern)."""
+    if config is not None:
+        from ascent.config import load_config
 
-    cfg = load_config(config, sets or [])
-    if not hasattr(cfg, "reward") or not hasattr(cfg, "sandbox"):
-        raise AscentError(f"{config}: a classic PPO config has no [reward] or [sandbox] section")
-    return cfg.reward, cfg.sandbox
+        cfg = load_config(config, sets or [])
+        if not hasattr(cfg, "reward") or not hasattr(cfg, "sandbox"):
+            raise AscentError(
+                f"{config}: a classic PPO config has no [reward] or [sandbox] section"
+            )
+        return cfg.reward, cfg.sandbox
+    from ascent.config.loader import _apply_override
+
+    raw: dict[str, Any] = {}
+    for item in sets or []:
+        _apply_override(raw, item)
+    try:
+        sections = _Sections.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        hint = (
+            "; only [reward] and [sandbox] apply here" if first["type"] == "extra_forbidden" else ""
+        )
+        raise ConfigError(f"--set {where}: {first['msg']}{hint}") from None
+    return sections.reward, sections.sandbox
 
 
 # -- reward math / reward code ---------------------------------------------------------------

@@ -67,6 +67,27 @@ def test_reward_math_reads_a_file_and_takes_config_overrides(capsys, monkeypatch
     ]
 
 
+def test_set_without_config_changes_the_defaults_not_the_training_recipe(capsys, monkeypatch):
+    # The built-in recipe sets its own answer_pattern; `--set` alone must start from defaults.
+    stdin = jsonl({"completion": "so \\boxed{2}", "answer": "3"})
+    argv = [
+        "reward",
+        "math",
+        "--set",
+        "reward.math.missing_reward=-2",
+        "--set",
+        "sandbox.workers=1",
+    ]
+    code, rows, _ = run_cli(argv, capsys, monkeypatch, stdin)
+    assert code == 0
+    assert (rows[0]["extracted"], rows[0]["reward"]) == ("2", -1.0)
+    code, _, err = run_cli(["reward", "math", "--set", "optim.lr=1"], capsys, monkeypatch)
+    assert code == 2 and "--set optim" in err and "only [reward] and [sandbox]" in err
+    argv = ["reward", "math", "--set", "reward.math.wrong_reward=high"]
+    code, _, err = run_cli(argv, capsys, monkeypatch)
+    assert code == 2 and "--set reward.math.wrong_reward" in err and err.count("\n") == 1
+
+
 def test_bad_input_exits_2_with_one_line(capsys, monkeypatch, tmp_path):
     code, rows, err = run_cli(
         ["reward", "math", "--input", str(tmp_path / "nope")], capsys, monkeypatch
