@@ -151,6 +151,17 @@ def test_memory_used_counts_every_process_of_the_run(pool):
     assert result.memory_kb >= 3 * 60 * 1024  # the parent alone holds about 10 MB
 
 
+def test_without_cgroups_a_pool_whose_limits_could_exhaust_memory_says_so(caplog):
+    from ascent.rewards.sandbox.pool import warn_if_memory_can_run_out
+
+    ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+    greedy = SandboxSection(memory_mb=ram_mb, max_processes=2)  # 2 processes x all the RAM
+    assert warn_if_memory_can_run_out(greedy, workers=1)
+    assert "memory limits are per process" in caplog.text and "max_processes" in caplog.text
+    assert not warn_if_memory_can_run_out(SandboxSection(memory_mb=64, max_processes=2), 1)
+    assert SandboxSection().max_processes == 16  # threads count too
+
+
 def test_pools_never_share_a_run_uid():
     # RLIMIT_NPROC counts per host uid: one pool's runs must not eat another's process limit.
     if os.geteuid() != 0:
