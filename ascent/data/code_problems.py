@@ -7,13 +7,15 @@
      "time_limit_ms": 2000, "reference_solution": "print(...)"}
 
 or, for call-a-function problems, `entry_point` and `test_code` (defining `check(candidate)`)
-instead of the tests. `tests` is accepted for `hidden_tests` (it is the code reward's column),
+instead of the tests, and optionally `test_setup` (trusted code the tests run first).
+`tests` is accepted for `hidden_tests` (it is the code reward's column),
 and test code may come in `tests` too when an `entry_point` is given, so rows written for
 `ascent reward code` load as they are. Keys the schema does not know are ignored.
 
 Two more formats are read and normalised into the schema:
 - HumanEval (`prompt`, `entry_point`, `test`, `canonical_solution`): a function problem whose
-  reference solution is prompt + canonical_solution.
+  reference solution is prompt + canonical_solution; the prompt is also its `test_setup`,
+  since some tests call the prompt's helper functions.
 - DeepMind code_contests rows as in ../shared/data (`content`, `labels`, `test`): stdin/stdout
   problems. The samples are the tests whose input and output both appear in the statement
   (the rows do not mark them); every test counts as hidden. `labels` gives the difficulty
@@ -53,6 +55,8 @@ class CodeProblem:
     sample_tests: tuple[StdioTest, ...] = ()  # tests shown in the statement, run first
     entry_point: str | None = None  # call-a-function problems: the function's name ...
     test_code: str | None = None  # ... and the code defining check(candidate)
+    test_setup: str | None = None  # trusted code the tests run first (HumanEval: the prompt,
+    # whose helper functions some tests call); never taken from the model's program
     reference_solution: str | None = None
     rating: int | None = None  # e.g. a Codeforces rating; None when the data has none
     difficulty: str | None = None  # a label such as "A" or "MEDIUM"; not a rating
@@ -68,7 +72,8 @@ class CodeProblem:
     def reward_columns(self) -> dict[str, Any]:
         """This problem's columns for the code reward (`ascent.rewards.code`)."""
         if self.is_function:
-            return {"tests": self.test_code, "entry_point": self.entry_point}
+            columns = {"tests": self.test_code, "entry_point": self.entry_point}
+            return columns | ({"test_setup": self.test_setup} if self.test_setup else {})
         return {
             "tests": [_test_json(t) for t in self.hidden_tests],
             "sample_tests": [_test_json(t) for t in self.sample_tests],
@@ -81,6 +86,8 @@ class CodeProblem:
         row: dict[str, Any] = {"id": self.id, "name": self.name, "statement": self.statement}
         if self.is_function:
             row |= {"entry_point": self.entry_point, "test_code": self.test_code}
+            if self.test_setup:
+                row["test_setup"] = self.test_setup
         else:
             row["sample_tests"] = [_test_json(t) for t in self.sample_tests]
             row["hidden_tests"] = [_test_json(t) for t in self.hidden_tests]
@@ -192,7 +199,8 @@ def from_code_schema(row: dict[str, Any], default_id: str = "") -> CodeProblem:
         code = row.get("test_code", row.get("tests"))
         if not isinstance(code, str) or "check" not in code:
             raise RowError("with an entry_point, test_code must be code defining check(candidate)")
-        return CodeProblem(entry_point=entry_point, test_code=code, **common)
+        setup = _optional_text(row, "test_setup")
+        return CodeProblem(entry_point=entry_point, test_code=code, test_setup=setup, **common)
     hidden = row.get("hidden_tests", row.get("tests"))
     if hidden is None:
         raise RowError("no tests: give hidden_tests (or entry_point and test_code)")
@@ -213,6 +221,7 @@ def from_humaneval(row: dict[str, Any], default_id: str = "") -> CodeProblem:
         statement=prompt,
         entry_point=entry_point,
         test_code=_text(row, "test"),
+        test_setup=prompt,
         reference_solution=prompt + solution if isinstance(solution, str) else None,
         name=entry_point,
     )

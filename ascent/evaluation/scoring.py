@@ -109,6 +109,7 @@ def code_task(problem: CodeProblem, completion: str, language: str) -> CodeTask:
             "python",
             test_code=problem.test_code,
             entry_point=problem.entry_point,
+            test_setup=problem.test_setup,
             time_limit_ms=problem.time_limit_ms,
         )
     return CodeTask(

@@ -69,7 +69,11 @@ def test_humaneval_loads_as_function_problems_with_reference_solutions():
     assert first.id == "HumanEval/0" and first.entry_point == "has_close_elements"
     assert first.is_function and "def check(candidate)" in first.test_code
     assert first.reference_solution.startswith(first.statement)
-    assert first.reward_columns() == {"tests": first.test_code, "entry_point": first.entry_point}
+    assert first.reward_columns() == {
+        "tests": first.test_code,
+        "entry_point": first.entry_point,
+        "test_setup": first.statement,  # the prompt's helpers, run by the trusted test side
+    }
 
 
 def test_limit_reads_only_the_first_problems():
