@@ -49,8 +49,11 @@ def digit_fraction(prompts: list[str], completions: list[str], **_: Any) -> list
 
 
 def setup_process() -> None:
+    import os
+
     from transformers.utils import logging as hf_logging
 
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # no tokenizer thread pool
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     hf_logging.set_verbosity_error()
@@ -197,14 +200,18 @@ def peak_rss_mb(side: str, model_dir: str, steps: int) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"])
 
 
-def busy_core_slowdown(model_dir: str, steps: int, quiet: float) -> float:
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        busy = statistics.median(ascent_steps(model_dir, steps)[WARMUP:])
-    finally:
-        spinner.kill()
-        spinner.wait()
-    return busy / quiet
+def busy_core_slowdown(model_dir: str, steps: int, rounds: int) -> float:
+    """Median ascent step with a CPU-bound process beside it / without, alternating blocks."""
+    quiet, busy = [], []
+    for _ in range(rounds):
+        quiet += ascent_steps(model_dir, steps)[WARMUP:]
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            busy += ascent_steps(model_dir, steps)[WARMUP:]
+        finally:
+            spinner.kill()
+            spinner.wait()
+    return statistics.median(busy) / statistics.median(quiet)
 
 
 # -- time to accuracy -------------------------------------------------------------------------
@@ -335,9 +342,7 @@ def main() -> None:
         figures[f"peak_rss_mb_{side}"] = peak_rss_mb(side, model_dir, args.steps)
     print(f"peak RSS: ascent {figures['peak_rss_mb_ascent']:.0f} MB, "
           f"TRL {figures['peak_rss_mb_trl']:.0f} MB")  # fmt: skip
-    figures["busy_core_slowdown"] = busy_core_slowdown(
-        model_dir, args.steps, figures["step_s_ascent"]
-    )
+    figures["busy_core_slowdown"] = busy_core_slowdown(model_dir, args.steps, args.rounds)
     print(f"ascent step with a busy core beside it: x{figures['busy_core_slowdown']:.2f}")
     if not args.skip_tta:
         add_tta(figures, args.tta_budget, args.eval_every)
