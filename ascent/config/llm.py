@@ -374,6 +374,12 @@ class LLMConfig(Section):
                 f"[algorithm] advantage: '{alg.advantage}' needs a value model, which the LLM "
                 "trainer does not provide yet; use grpo or dr_grpo"
             )
+        if alg.is_cap is not None:
+            raise ValueError(
+                "[algorithm] is_cap: the LLM trainer's rollouts are on-policy (sampled with the "
+                "weights being trained), so there is no older behaviour policy to correct "
+                "for; remove the key"
+            )
         if alg.agg_norm_const is not None and alg.loss_agg != "seq_mean_token_sum_norm":
             raise ValueError(
                 "[algorithm] agg_norm_const: only seq_mean_token_sum_norm uses it; remove the key "

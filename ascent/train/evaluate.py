@@ -24,7 +24,7 @@ EVAL_CHUNK = 256  # prompts decoded at once
 @dataclass(frozen=True)
 class EvalResult:
     accuracy: float | None  # fraction of problems solved, in [0, 1]
-    reward: float  # mean total reward
+    reward: float  # mean total reward over the problems some reward function applies to
     samples: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def metrics(self) -> dict[str, float]:
@@ -66,7 +66,8 @@ def evaluate(
         {"prompt": p.prompt, "completion": c, "answer": p.answer, "reward": r, "correct": v}
         for p, c, r, v in zip(problems, completions, out.total, verdicts, strict=True)
     ]
-    return EvalResult(accuracy, sum(out.total) / max(1, len(out.total)), samples)
+    scored = [t for t in out.total if t is not None]
+    return EvalResult(accuracy, sum(scored) / len(scored) if scored else float("nan"), samples)
 
 
 def eval_policy(run: LLMRun) -> EvalResult:

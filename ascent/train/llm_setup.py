@@ -8,6 +8,7 @@ given, so no caller ever branches on a recipe's name.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,10 +21,15 @@ from ascent.algos import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     POLICY_LOSSES,
+    AdvantageBatch,
     AdvantageParams,
+    AdvantageResult,
     PolicyLossInput,
     PolicyLossParams,
 )
+from ascent.algos.aggregation import Aggregation
+from ascent.algos.kl import KLEstimator
+from ascent.algos.policy_loss import PolicyLoss
 from ascent.config.llm import LLMConfig, OptimSection
 from ascent.data import Problem, PromptSampler, TaskData, load_task, render_prompt
 from ascent.models import load_policy, load_reference, load_tokenizer
@@ -35,13 +41,13 @@ from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
 class AlgorithmParts:
     """The recipe: named components from `[algorithm]` and the numbers they need."""
 
-    advantage: object  # ADVANTAGES entry: fn(AdvantageBatch, AdvantageParams) -> AdvantageResult
+    advantage: Callable[[AdvantageBatch, AdvantageParams], AdvantageResult]  # ADVANTAGES
     advantage_params: AdvantageParams
-    policy_loss: object  # POLICY_LOSSES entry: fn(PolicyLossInput, PolicyLossParams)
+    policy_loss: PolicyLoss  # POLICY_LOSSES entry
     loss_params: PolicyLossParams
-    aggregate: object  # AGGREGATIONS entry: fn(loss, mask, AggregationScale) -> scalar
+    aggregate: Aggregation  # AGGREGATIONS entry
     norm_const: float  # the Dr. GRPO constant of seq_mean_token_sum_norm
-    kl: object | None  # KL_ESTIMATORS entry, or None when kl_coef is 0 (no reference model)
+    kl: KLEstimator | None  # KL_ESTIMATORS entry; None when kl_coef is 0 (no reference model)
     kl_coef: float
     kl_in_loss: bool  # True: a loss term; False: a per-token reward penalty
     entropy_coef: float
@@ -50,9 +56,10 @@ class AlgorithmParts:
     # gradient (no KL or entropy term, and a policy loss proportional to the advantage), so
     # the update may skip it: same loss, less compute.
     skip_zero_advantage: bool
+    needs_groups: bool  # the estimator compares completions of one prompt (GRPO)
 
 
-def vanishes_at_zero_advantage(policy_loss, params: PolicyLossParams) -> bool:
+def vanishes_at_zero_advantage(policy_loss: PolicyLoss, params: PolicyLossParams) -> bool:
     """Probe a policy loss: with zero advantages, are its value and gradient exactly 0?"""
     gen = torch.Generator().manual_seed(0)
     logp = (-torch.rand(3, 5, generator=gen, dtype=torch.float64)).requires_grad_()
@@ -86,6 +93,7 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
         kl_in_loss=alg.kl_mode == "loss",
         entropy_coef=alg.entropy_coef,
         temperature=cfg.rollout.temperature,
+        needs_groups=bool(ADVANTAGES.meta(alg.advantage).get("needs_groups")),
         skip_zero_advantage=not extra_terms
         and vanishes_at_zero_advantage(policy_loss, loss_params),
     )

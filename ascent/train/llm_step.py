@@ -44,7 +44,33 @@ class Scored:
     rollout: RolloutBatch
     problems: list[Problem]  # one per row, found through the row's group id
     completions: list[str]
-    rewards: RewardOutput
+    rewards: RewardOutput  # total[i] is None when no reward function applies to row i
+
+    def subset(self, rows: list[int]) -> Scored:
+        r = self.rewards
+        return Scored(
+            self.rollout.select(
+                torch.as_tensor(rows, dtype=torch.long, device=self.rollout.group_ids.device)
+            ),
+            [self.problems[i] for i in rows],
+            [self.completions[i] for i in rows],
+            RewardOutput(
+                [r.total[i] for i in rows],
+                {name: [values[i] for i in rows] for name, values in r.components.items()},
+                [r.details[i] for i in rows],
+            ),
+        )
+
+
+def trainable(scored: Scored, needs_groups: bool) -> Scored:
+    """The rows that can be learned from: those with a reward (a row no reward function
+    applies to is left out, not trained on as 0) and, for group-normalised estimators, whose
+    group still has another row to compare with."""
+    rows = [i for i, total in enumerate(scored.rewards.total) if total is not None]
+    if needs_groups:
+        ids = [int(g) for g in scored.rollout.group_ids[rows].tolist()] if rows else []
+        rows = [i for i, g in zip(rows, ids, strict=True) if ids.count(g) >= 2]
+    return scored if len(rows) == len(scored.completions) else scored.subset(rows)
 
 
 def collect(run: LLMRun) -> tuple[RolloutBatch, list[Problem]]:
@@ -120,20 +146,27 @@ def make_train_batch(run: LLMRun, scored: Scored) -> tuple[TrainBatch, dict[str,
 
 
 def reward_metrics(scored: Scored) -> dict[str, float]:
+    """Reward and length statistics of the whole batch (rows without a reward excluded)."""
     rollout = scored.rollout
-    total = torch.tensor(scored.rewards.total, dtype=torch.float64)
-    ids, inverse = torch.unique(rollout.group_ids.cpu(), return_inverse=True)
-    stds = torch.stack([total[inverse == g].std() for g in range(len(ids))])
     lengths = rollout.response_lengths.float()
     metrics = {
-        "reward": float(total.mean()),
-        "reward_std": float(stds.mean()),
-        "frac_reward_zero_std": float((stds < 1e-8).float().mean()),
         "completions/mean_length": float(lengths.mean()),
         "completions/min_length": float(lengths.min()),
         "completions/max_length": float(lengths.max()),
         "completions/clipped_ratio": float((~rollout.finished).float().mean()),
+        "frac_unscored": sum(t is None for t in scored.rewards.total) / len(lengths),
     }
+    groups: dict[int, list[float]] = {}
+    for g, total in zip(rollout.group_ids.tolist(), scored.rewards.total, strict=True):
+        if total is not None:
+            groups.setdefault(int(g), []).append(total)
+    if groups:
+        values = [v for vs in groups.values() for v in vs]
+        stds = [torch.tensor(vs, dtype=torch.float64).std().item() for vs in groups.values()]
+        stds = [0.0 if v != v else v for v in stds]  # a group of one has no spread
+        metrics["reward"] = sum(values) / len(values)
+        metrics["reward_std"] = sum(stds) / len(stds)
+        metrics["frac_reward_zero_std"] = sum(v < 1e-8 for v in stds) / len(stds)
     for name, values in scored.rewards.components.items():
         present = [v for v in values if v is not None]
         if present:
@@ -148,10 +181,15 @@ def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     t1 = time.perf_counter()
     scored = score(run, rollout, problems)
     t2 = time.perf_counter()
-    batch, metrics = make_train_batch(run, scored)
-    metrics.update(update_policy(run, batch, step))
+    metrics = reward_metrics(scored)
+    usable = trainable(scored, run.parts.needs_groups)
+    if len(usable.completions):
+        batch, batch_metrics = make_train_batch(run, usable)
+        metrics.update(batch_metrics)
+        metrics.update(update_policy(run, batch, step))
+    else:  # nothing to learn from: no update (the schedule does not advance either)
+        metrics["update_skipped"] = 1.0
     t3 = time.perf_counter()
-    metrics.update(reward_metrics(scored))
     metrics.update(
         {
             "tokens_per_s": rollout.num_tokens / (t3 - t0),

@@ -85,17 +85,3 @@ def test_prompt_template_wraps_the_prompt_and_may_use_columns_but_not_the_answer
     assert text.endswith(problem.prompt) and str(problem.columns["target"]) in text
     with pytest.raises(ValueError, match=r"uses \{answer\}.*available: prompt, numbers, target"):
         render_prompt("{prompt} {answer}", problem)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (['rollout.engine="vllm"'], "engine: 'vllm' is not available yet; valid: transformers"),
-        (['data.task="countdown"'], 'countdown reward; set functions = \\["countdown"\\]'),
-        (["train.save_steps=75", "train.eval_steps=50"], "try save_steps = 50"),
-        (['data.prompt_template="Q:"'], "must contain \\{prompt\\}"),
-    ],
-)
-def test_settings_the_trainer_cannot_honour_are_refused_at_load_time(overrides, message):
-    with pytest.raises(ConfigError, match=message):
-        load_config(None, overrides)

@@ -169,3 +169,25 @@ def test_ctrl_c_finishes_the_step_saves_and_exits(tmp_path, monkeypatch):
     summary = json.loads(run_dir.summary_path.read_text())
     assert summary["interrupted"] and summary["steps"] == 2
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path):
+    from ascent.rewards import CompositeReward
+    from ascent.train.llm_step import rl_step
+
+    def every_other(prompts, completions, **_):  # None: "does not apply to this row"
+        return [None if i % 2 else float(len(c)) for i, c in enumerate(completions)]
+
+    run = build_run(config(tmp_path), torch.device("cpu"))
+    run.reward.close()
+    run.reward = CompositeReward({"every_other": every_other}, [1.0])
+    metrics, scored = rl_step(run, 1)
+    assert metrics["frac_unscored"] == 0.5 and "update_skipped" not in metrics
+    kept = llm_step.trainable(scored, needs_groups=True)
+    assert len(kept.completions) == 8 and all(t is not None for t in kept.rewards.total)
+
+    run.reward = CompositeReward({"none": lambda p, c, **_: [None] * len(c)}, [1.0])
+    before = {k: v.clone() for k, v in run.policy.state_dict().items()}
+    metrics, _ = rl_step(run, 2)
+    assert metrics["update_skipped"] == 1.0 and "reward" not in metrics
+    assert_same(before, run.policy.state_dict(), atol=0)
