@@ -4,8 +4,8 @@ Both share the engine's contract: `prefill(prompt_ids, prompt_mask, n, max_new_t
 each distinct prompt once and returns next-token logits for its `n` copies; `step(tokens)`
 appends one token per row and returns the next logits.
 
-- `StaticLlamaDecoder`, the fast path for Llama-family models (Llama, Qwen2, Mistral without
-  a sliding window): a plain function of the model's own weights (read, never copied, so it
+- `StaticLlamaDecoder`, the fast path for Llama-family models (Llama, Qwen2, Mistral, all
+  without a sliding window): a plain function of the model's own weights (read, never copied, so it
   always decodes with the weights being trained) over a key/value cache preallocated for the
   whole generation, with no per-step mask building, cache objects or output dataclasses.
 - `CacheDecoder`, for any other causal LM: the model's own forward with its dynamic cache.
@@ -60,7 +60,7 @@ class StaticLlamaDecoder:
         core = getattr(model, "model", None)
         if cfg.model_type not in FAST_MODEL_TYPES or core is None or cfg.hidden_act != "silu":
             return False
-        if getattr(cfg, "sliding_window", None) and cfg.model_type == "mistral":
+        if getattr(cfg, "sliding_window", None) is not None:  # windowed attention: not here
             return False
         attn = core.layers[0].self_attn
         return not hasattr(attn, "q_norm") and hasattr(core, "rotary_emb")
