@@ -29,6 +29,10 @@ class TrainBatch:
     # single optimiser step, where that policy IS the one being updated (ratio = 1).
     old_logp: Tensor | None
     ref_logp: Tensor | None  # (B, R) reference-policy log-probs, when KL is a loss term
+    # (B, R) log-probs of an OLDER policy that actually generated the rows (asynchronous
+    # rollouts); with it, old_logp anchors the clip and is_cap truncates the importance
+    # weight pi_old / pi_behaviour (decoupled PPO). None for on-policy batches.
+    behaviour_logp: Tensor | None = None
 
 
 class MetricMeans:
@@ -57,7 +61,11 @@ def _trim(batch: TrainBatch, rows: Tensor) -> tuple[TrainBatch, int]:
 
     rollout = rollout.narrow(width)
     trimmed = TrainBatch(
-        rollout, part(batch.advantages), part(batch.old_logp), part(batch.ref_logp)
+        rollout,
+        part(batch.advantages),
+        part(batch.old_logp),
+        part(batch.ref_logp),
+        part(batch.behaviour_logp),
     )
     return trimmed, rollout.num_tokens
 
@@ -73,7 +81,13 @@ def micro_batch_loss(
     )
     old = logp.detach() if batch.old_logp is None else batch.old_logp
     per_token, metrics = parts.policy_loss(
-        PolicyLossInput(logp=logp, old_logp=old, advantages=batch.advantages, mask=mask),
+        PolicyLossInput(
+            logp=logp,
+            old_logp=old,
+            advantages=batch.advantages,
+            mask=mask,
+            behaviour_logp=batch.behaviour_logp,
+        ),
         parts.loss_params,
     )
     if parts.kl is not None and parts.kl_in_loss:
