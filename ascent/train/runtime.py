@@ -26,7 +26,12 @@ def resolve_threads(requested: int) -> int:
 
 
 def configure_cpu(threads: int = 0) -> None:
-    """Deliberate torch threads and denormal flushing, for any process that runs a model."""
+    """Deliberate torch threads and denormal flushing, for any process that runs a model.
+
+    The tokenizers library's own thread pool is switched off for the same reason: on a small
+    machine it competes with reward workers for the cores torch was told it could have.
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     torch.set_num_threads(resolve_threads(threads))
     torch.set_flush_denormal(True)
 
