@@ -1,0 +1,86 @@
+"""Credit assignment: immediate per-turn and delayed per-episode advantages, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ascent.algos.agentic import agentic_credit, group_normalise, turn_advantages_to_tokens
+
+
+def normalised(values: list[float]) -> list[float]:
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return [(v - mean) / std for v in values]
+
+
+def test_credit_matches_hand_computation_on_a_two_turn_episode():
+    # One problem, G = 2 episodes. Episode A: attempt 1 compiles and passes the samples but a
+    # confirmed generated test breaks it (0.3 - 0.5), attempt 2 passes (0.3); its submitted
+    # program passes the hidden tests (delayed 1.0). Episode B: one attempt that only
+    # compiles (0.1), hidden tests fail (delayed 0.0).
+    turn_rewards = torch.tensor([0.3 - 0.5, 0.3, 0.1])
+    credit = agentic_credit(
+        turn_rewards,
+        turn_pools=torch.tensor([0, 0, 0]),  # all three are solve turns of the same problem
+        turn_episodes=torch.tensor([0, 0, 1]),
+        episode_rewards=torch.tensor([1.0, 0.0]),
+        episode_groups=torch.tensor([7, 7]),
+        eps=0.0,
+    )
+    imm = normalised([-0.2, 0.3, 0.1])
+    delay = normalised([1.0, 0.0])
+    expected = [
+        0.3 * imm[0] + 0.7 * delay[0],  # A's first turn: broken, but its episode succeeded
+        0.3 * imm[1] + 0.7 * delay[0],
+        0.3 * imm[2] + 0.7 * delay[1],
+    ]
+    assert credit.advantages.tolist() == pytest.approx(expected, abs=1e-6)
+    assert credit.immediate.tolist() == pytest.approx(imm, abs=1e-6)
+    assert credit.delayed.tolist() == pytest.approx([delay[0], delay[0], delay[1]], abs=1e-6)
+    # The broken first attempt gets less credit than the fix in the same episode.
+    assert credit.advantages[0] < credit.advantages[1]
+
+
+def test_weights_select_immediate_only_or_delayed_only():
+    args = (
+        torch.tensor([-0.2, 0.3, 0.1]),
+        torch.tensor([0, 0, 0]),
+        torch.tensor([0, 0, 1]),
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([7, 7]),
+    )
+    only_imm = agentic_credit(*args, immediate_weight=1.0, delayed_weight=0.0)
+    only_delay = agentic_credit(*args, immediate_weight=0.0, delayed_weight=1.0)
+    assert torch.allclose(only_imm.advantages, only_imm.immediate)
+    assert torch.allclose(only_delay.advantages, only_delay.delayed)
+    # Delayed-only credit cannot tell the two turns of episode A apart.
+    assert only_delay.advantages[0] == only_delay.advantages[1]
+
+
+def test_turns_are_normalised_within_their_own_pool_and_group():
+    # Two problems; the testgen turns form their own pool: their +0.5 adversarial credit is not
+    # compared with the solver's tiers.
+    rewards = torch.tensor([0.1, 0.3, 0.5, 0.0, 0.1, 0.1])
+    pools = torch.tensor([0, 0, 1, 1, 2, 2])
+    out = group_normalise(rewards, pools, eps=0.0)
+    assert out[:4].tolist() == pytest.approx(normalised([0.1, 0.3]) + normalised([0.5, 0.0]))
+    assert out[4:].tolist() == [0.0, 0.0]  # equal rewards: no signal
+    assert group_normalise(torch.tensor([0.7]), torch.tensor([3])).tolist() == [0.0]
+
+
+def test_dr_grpo_variant_only_centres():
+    out = group_normalise(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([1, 1, 1, 1]),
+                          scale_by_std=False)  # fmt: skip
+    assert out.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_turn_advantages_land_on_their_tokens_only():
+    token_turn = torch.tensor([[0, 0, -1, -1, 1, 1, -1], [2, -1, -1, -1, -1, -1, -1]])
+    tokens = turn_advantages_to_tokens(torch.tensor([0.5, -1.0, 2.0]), token_turn)
+    assert tokens.tolist() == [
+        [0.5, 0.5, 0.0, 0.0, -1.0, -1.0, 0.0],
+        [2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+    ]
