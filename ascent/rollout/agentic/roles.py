@@ -1,0 +1,164 @@
+"""Who answers a role: the trained policy (batched, with behaviour log-probs) or an API model.
+
+`PolicySnapshot` holds the weights episodes are sampled with: a copy of the policy, so the
+trainer can update its own weights while episodes are generated. The trainer publishes each
+new version; the snapshot loads it between two generate calls, so every policy turn is
+sampled by one known version, and its log-probs are the behaviour log-probs of that turn.
+
+`PolicyBatcher` gathers the policy turns that episodes ask for at the same moment into one
+generate call, on a thread of its own so the event loop keeps serving the sandbox and API.
+`ApiRoles` sends the other roles to `ApiClient` (retries, fallbacks, usage per role).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from ascent.api import ApiClient, ApiError
+from ascent.evaluation.policy import FATAL_ERRORS
+from ascent.rollout.engine import RolloutEngine
+from ascent.rollout.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One policy turn."""
+
+    ids: list[int]  # sampled tokens (EOS included when it ended the turn)
+    logprobs: list[float]  # behaviour log-probs of those tokens
+    finished: bool  # ended with EOS (False: cut by max_new_tokens)
+    text: str  # decoded, special tokens dropped
+    version: int  # policy version that sampled it
+
+
+class PolicySnapshot:
+    """A copy of the policy for sampling, refreshed from published versions."""
+
+    def __init__(self, policy: nn.Module, version: int) -> None:
+        self.model = copy.deepcopy(policy)
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.version = version
+        self._pending: tuple[int, dict[str, torch.Tensor]] | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, version: int, policy: nn.Module) -> None:
+        """Called by the trainer after an update: the next generate call samples with it."""
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        with self._lock:
+            self._pending = (version, state)
+
+    def refresh(self) -> int:
+        """Load the latest published weights, if any; return the version in use."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.model.load_state_dict(pending[1])
+            self.version = pending[0]
+        return self.version
+
+
+class PolicyBatcher:
+    """Batches concurrent policy turns into generate calls on one worker thread."""
+
+    def __init__(
+        self,
+        snapshot: PolicySnapshot,
+        engine: RolloutEngine,
+        tokenizer: PreTrainedTokenizerBase,
+        sampling: SamplingParams,
+        generator: torch.Generator,
+        max_batch: int,
+    ) -> None:
+        self.snapshot = snapshot
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.generator = generator
+        self.max_batch = max_batch
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="ascent-agentic-generate")
+        self._pending: list[tuple[list[int], asyncio.Future[Generated]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self.calls = 0
+
+    async def generate(self, context: list[int]) -> Generated:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Generated] = loop.create_future()
+        self._pending.append((context, future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # let every episode that is ready ask first
+        while self._pending:
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            contexts = [c for c, _ in batch]
+            try:
+                results = await loop.run_in_executor(self.executor, self._generate, contexts)
+            except Exception as err:  # the episodes that asked fail with it
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(err)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+            await asyncio.sleep(0)
+
+    def _generate(self, contexts: list[list[int]]) -> list[Generated]:
+        version = self.snapshot.refresh()
+        self.calls += 1
+        batch = self.engine.generate(
+            contexts, list(range(len(contexts))), 1, self.sampling, self.generator
+        )
+        out = []
+        for i in range(len(contexts)):
+            n = int(batch.response_mask[i].sum())
+            ids = batch.response_ids[i, :n].tolist()
+            out.append(
+                Generated(
+                    ids=ids,
+                    logprobs=batch.logprobs[i, :n].tolist(),
+                    finished=bool(batch.finished[i]),
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    version=version,
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+class ApiRoles:
+    """Roles served by `ApiClient`; a request that fails after its retries is a recorded turn
+    with no text, while a failure every request would hit stops the run."""
+
+    def __init__(self, client: ApiClient, params: dict[str, Any]) -> None:
+        self.client = client
+        self.params = {k: v for k, v in params.items() if v is not None}
+
+    async def generate(self, role: str, messages: list[dict[str, Any]]) -> tuple[str, int, str]:
+        """(text, completion tokens, error note) of one answer."""
+        try:
+            result = await self.client.chat(role, messages, **self.params)
+        except FATAL_ERRORS:
+            raise
+        except ApiError as err:
+            return "", 0, f"api error: {err}"
+        return result.text, result.completion_tokens, ""
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

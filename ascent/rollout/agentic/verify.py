@@ -1,0 +1,231 @@
+"""The verifier of an episode: the sandbox judges each attempt and the submitted program.
+
+Per attempt (`attempt`): compile, run the sample tests, then the generated tests that the
+problem's reference solution confirms (`validate`: the reference runs on each generated input
+and a test counts only when its expected output matches; without a reference solution no
+generated test counts). The attempt's tier comes from `[reward.code]` (compile_error_reward,
+compile_reward, sample_reward); a confirmed generated test that the program fails is what the
+adversarial term charges the solver for. The submitted program is then judged on the hidden
+tests (`final`): the episode's delayed reward, pass_reward (or its partial credit).
+
+Programs are deterministic, so verdicts are cached per problem, program and tests: the G
+episodes of a problem often write the same program, and only the first is run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ascent.config.rewards import CodeRewardSection, SandboxSection
+from ascent.data.code_problems import CodeProblem
+from ascent.rewards.code import CodeVerdict, judge_task, make_task
+from ascent.rewards.judge import StdioTest, outputs_match
+from ascent.rewards.sandbox import Limits, Program, SandboxPool, Worker
+
+T = TypeVar("T")
+CACHE_SIZE = 4096
+COMPILE_LOG_CHARS = 600
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed test, for the feedback a role reads."""
+
+    kind: str  # sample or generated
+    status: str
+    input: str
+    expected: str
+    got: str
+
+
+@dataclass
+class AttemptVerdict:
+    """What the sandbox said about one solve attempt."""
+
+    compiled: bool
+    samples_ok: bool | None  # None: the problem shows no sample tests
+    tier: float  # [reward.code] tier of the attempt: compile_error / compile / sample reward
+    broken: bool = False  # a confirmed generated test failed
+    failure: Failure | None = None  # the first failed sample, else the first broken test
+    compile_log: str = ""
+    sandbox_error: str = ""  # not the program's fault: the attempt is not judged
+
+    @property
+    def accepted(self) -> bool:
+        """Compiled, passed the samples and every confirmed generated test: submit it."""
+        return self.compiled and self.samples_ok is not False and not self.broken
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Generated tests checked against the reference solution."""
+
+    proposed: int
+    confirmed: list[StdioTest] = field(default_factory=list)
+
+
+def _first_failure(
+    worker: Worker, program: Program, tests: list[StdioTest], limits: Limits, kind: str, tol: float
+) -> Failure | str | None:
+    """The first test the program fails, a sandbox failure's detail (str), or None."""
+    for test in tests:
+        run = worker.run(program, test.input, limits)
+        if run.status == "sandbox_error":
+            return run.detail or "sandbox error"
+        if run.status != "ok":
+            return Failure(kind, run.status, test.input, test.output, run.stdout)
+        if not outputs_match(test.output, run.stdout, tol):
+            return Failure(kind, "wrong_answer", test.input, test.output, run.stdout)
+    return None
+
+
+def judge_attempt(
+    worker: Worker,
+    problem: CodeProblem,
+    code: str,
+    language: str,
+    generated: list[StdioTest],
+    cfg: CodeRewardSection,
+    sandbox_cfg: SandboxSection,
+) -> AttemptVerdict:
+    """Compile, run the samples, then the confirmed generated tests; stop at a failure."""
+    program = worker.prepare(code, language)
+    try:
+        if program.compile.status == "sandbox_error":
+            return AttemptVerdict(False, None, 0.0, sandbox_error=program.compile.detail)
+        if not program.ok:
+            log = (program.compile.stderr or program.compile.detail)[-COMPILE_LOG_CHARS:]
+            return AttemptVerdict(False, None, cfg.compile_error_reward, compile_log=log)
+        limits = Limits.for_run(sandbox_cfg, problem.time_limit_ms)
+        tol = cfg.float_tolerance
+        verdict = AttemptVerdict(True, None, cfg.compile_reward)
+        if problem.sample_tests:
+            found = _first_failure(
+                worker, program, list(problem.sample_tests), limits, "sample", tol
+            )
+            if isinstance(found, str):
+                verdict.sandbox_error = found
+                return verdict
+            verdict.samples_ok, verdict.failure = found is None, found
+            if found is not None:
+                return verdict
+            verdict.tier = cfg.sample_reward
+        found = _first_failure(worker, program, generated, limits, "generated", tol)
+        if isinstance(found, str):
+            verdict.sandbox_error = found
+        elif found is not None:
+            verdict.broken, verdict.failure = True, found
+        return verdict
+    finally:
+        worker.drop(program)
+
+
+def reference_outputs(
+    worker: Worker, problem: CodeProblem, language: str, inputs: list[str], cfg: SandboxSection
+) -> list[str | None]:
+    """The reference solution's output on each input (None where it did not run cleanly)."""
+    assert problem.reference_solution is not None
+    program = worker.prepare(problem.reference_solution, language)
+    try:
+        if not program.ok:
+            return [None] * len(inputs)
+        limits = Limits.for_run(cfg, problem.time_limit_ms)
+        runs = [worker.run(program, stdin, limits) for stdin in inputs]
+        return [r.stdout if r.status == "ok" else None for r in runs]
+    finally:
+        worker.drop(program)
+
+
+def judge_final(
+    worker: Worker,
+    problem: CodeProblem,
+    code: str,
+    language: str,
+    cfg: CodeRewardSection,
+    sandbox_cfg: SandboxSection,
+) -> CodeVerdict:
+    """The submitted program on the hidden tests only (its samples were judged per attempt)."""
+    columns = problem.reward_columns()
+    columns.pop("sample_tests", None)
+    tests = columns.pop("tests")
+    task = make_task(code, language, tests, **columns)
+    return judge_task(worker, task, cfg, sandbox_cfg)
+
+
+class Verifier:
+    """Runs the sandbox work of episodes from an event loop, with a verdict cache."""
+
+    def __init__(self, pool: SandboxPool, cfg: CodeRewardSection, sandbox_cfg: SandboxSection):
+        self.pool = pool
+        self.cfg = cfg
+        self.sandbox_cfg = sandbox_cfg
+        self._cache: OrderedDict[tuple[Any, ...], Future[Any]] = OrderedDict()
+        self.runs = 0  # jobs sent to the sandbox (cache misses)
+        self.hits = 0
+
+    async def _cached(self, key: tuple[Any, ...], job: Callable[[Worker], T]) -> T:
+        future = self._cache.get(key)
+        if future is None or (future.done() and future.exception() is not None):
+            future = self.pool.submit(job)
+            self._cache[key] = future
+            self.runs += 1
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        else:
+            self.hits += 1
+            self._cache.move_to_end(key)
+        return await asyncio.wrap_future(future)
+
+    async def validate(self, problem: CodeProblem, tests: list[StdioTest]) -> Validation:
+        """Keep the generated tests whose expected output the reference solution produces."""
+        if problem.reference_solution is None or problem.is_function or not tests:
+            return Validation(len(tests))
+        inputs = sorted({t.input for t in tests})
+        language, cfg = self.cfg.default_language, self.sandbox_cfg
+        key = ("reference", problem.id, tuple(inputs))
+        outputs = await self._cached(
+            key, lambda w: reference_outputs(w, problem, language, inputs, cfg)
+        )
+        by_input = dict(zip(inputs, outputs, strict=True))
+        confirmed = [
+            t
+            for t in tests
+            if by_input[t.input] is not None
+            and outputs_match(t.output, by_input[t.input], self.cfg.float_tolerance)
+        ]
+        return Validation(len(tests), confirmed)
+
+    async def attempt(
+        self, problem: CodeProblem, code: str, language: str, generated: list[StdioTest]
+    ) -> AttemptVerdict:
+        if problem.is_function:  # no stdin tests to run per attempt: compiling is the check
+            generated = []
+        key = ("attempt", problem.id, code, language, tuple(generated))
+        cfg, sandbox_cfg = self.cfg, self.sandbox_cfg
+        return await self._cached(
+            key,
+            lambda w: judge_attempt(w, problem, code, language, generated, cfg, sandbox_cfg),
+        )
+
+    async def final(self, problem: CodeProblem, code: str, language: str) -> CodeVerdict:
+        cfg, sandbox_cfg = self.cfg, self.sandbox_cfg
+        return await self._cached(
+            ("final", problem.id, code, language),
+            lambda w: judge_final(w, problem, code, language, cfg, sandbox_cfg),
+        )
+
+    def delayed_reward(self, verdict: CodeVerdict) -> float | None:
+        """pass_reward when every hidden test passed (with partial_credit: pass_reward x the
+        fraction passed); 0 otherwise; None after a sandbox failure."""
+        if verdict.reward is None:
+            return None
+        if not verdict.total:
+            return 0.0
+        if self.cfg.partial_credit:
+            return self.cfg.pass_reward * verdict.passed / verdict.total
+        return self.cfg.pass_reward if verdict.passed == verdict.total else 0.0

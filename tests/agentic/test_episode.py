@@ -1,0 +1,128 @@
+"""Episodes in the real sandbox with a scripted stand-in for the policy: test validation by
+the reference solution, unparsable role outputs, the adversarial term, summarization."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from ascent.config.rewards import CodeRewardSection
+from ascent.rewards.judge import StdioTest
+from ascent.rollout.agentic.rows import build_rows
+from ascent.rollout.agentic.verify import Verifier
+from tests.agentic.conftest import (
+    SANDBOX,
+    ScriptedPolicy,
+    double_problem,
+    fenced,
+    runner,
+)
+
+WRONG = "print(int(input()) + 1)\n"  # passes the sample (1 -> 2), fails everything else
+RIGHT = "print(2 * int(input()))\n"
+ECHO = "print(int(input()))\n"  # fails the sample
+
+
+def json_tests(*pairs: tuple[str, str]) -> str:
+    body = json.dumps([{"input": i, "output": o} for i, o in pairs])
+    return f"```json\n{body}\n```"
+
+
+def test_generated_tests_count_only_when_the_reference_solution_agrees(pool):
+    verifier = Verifier(pool, CodeRewardSection(), SANDBOX)
+    code = runner(pool, None, None).fmt.code_problem(double_problem())
+    proposed = [StdioTest("5\n", "10\n"), StdioTest("5\n", "11\n"), StdioTest("7\n", "14")]
+    validation = asyncio.run(verifier.validate(code, proposed))
+    assert validation.proposed == 3
+    assert validation.confirmed == [proposed[0], proposed[2]]  # 11 is not what 2 * 5 prints
+    # Without a reference solution nothing can be confirmed, so no generated test counts.
+    bare = runner(pool, None, None).fmt.code_problem(double_problem(reference=None))
+    assert asyncio.run(verifier.validate(bare, proposed)).confirmed == []
+
+
+def test_unparsable_outputs_are_penalised_turns_and_a_confirmed_test_costs_the_solver(
+    pool, tokenizer
+):
+    policy = ScriptedPolicy(
+        tokenizer,
+        {
+            "solver": [fenced(WRONG), RIGHT, fenced(RIGHT)],  # the second has no code block
+            "testgen": [json_tests(("5\n", "10\n"), ("4\n", "9\n")), "no tests today"],
+        },
+    )
+    roles = {"hypothesis": "off", "solver": "policy", "testgen": "policy", "summarizer": "off"}
+    episode = asyncio.run(runner(pool, tokenizer, policy, roles=roles).run(double_problem(), 5))
+
+    solver = [t for t in episode.turns if t.role == "solver"]
+    testgen = [t for t in episode.turns if t.role == "testgen"]
+    # Attempt 1: compiles and passes the sample (0.3), but the confirmed test 5 -> 10 breaks it.
+    assert solver[0].reward == pytest.approx(0.3 - 0.5) and solver[0].note.startswith("broken")
+    assert testgen[0].reward == pytest.approx(0.5) and testgen[0].note == "1/2 confirmed"
+    # Attempt 2: no code block: a recorded, penalised turn; the episode goes on.
+    assert (solver[1].parsed, solver[1].reward) == (False, -0.1)
+    assert len(testgen) == 2  # no program, so no tests were asked for in attempt 2
+    # Attempt 3: right; the test generator's output cannot be read: penalised.
+    assert solver[2].reward == pytest.approx(0.3)
+    assert (testgen[1].parsed, testgen[1].reward) == (False, -0.1)
+    assert episode.stop == "accepted" and episode.attempts == 3
+    assert episode.delayed == 1.0 and episode.solved
+    feedback = [e.text for e in episode.history if e.kind == "feedback"]
+    assert feedback[0].startswith("A confirmed generated test failed") and "10" in feedback[0]
+    assert feedback[1].startswith("No program found")
+
+
+def test_rows_hold_policy_tokens_with_mask_one_and_observations_with_mask_zero(pool, tokenizer):
+    policy = ScriptedPolicy(tokenizer, {"solver": [fenced(ECHO), fenced(RIGHT)]})
+    roles = {"hypothesis": "off", "solver": "policy", "testgen": "scripted", "summarizer": "off"}
+    episode = asyncio.run(runner(pool, tokenizer, policy, roles=roles).run(double_problem(), 1))
+    rows = build_rows([episode], tokenizer.pad_token_id, pool_device())
+    assert len(rows.rollout) == 1  # one solver thread, no summary
+    mask = rows.rollout.response_mask[0]
+    ids = rows.rollout.response_ids[0]
+    turns = rows.token_turn[0]
+    sampled = tokenizer.decode(ids[mask == 1].tolist(), skip_special_tokens=True)
+    assert sampled == fenced(ECHO) + fenced(RIGHT)
+    observed = tokenizer.decode(ids[(mask == 0) & (ids != tokenizer.pad_token_id)].tolist())
+    # Between the two attempts: the scripted tests, the sandbox feedback and the next cue.
+    assert "## Tests" in observed and "A sample test failed" in observed
+    assert "## Feedback" in observed and observed.endswith("## Solution\n")
+    assert set(turns[mask == 1].tolist()) == {0, 1} and set(turns[mask == 0].tolist()) == {-1}
+    assert rows.rollout.logprobs[0][mask == 1].eq(-0.5).all()  # the behaviour log-probs
+    assert rows.rollout.logprobs[0][mask == 0].eq(0).all()
+    # What the policy was conditioned on for attempt 2 is exactly the row up to that turn.
+    second = policy.contexts[1]
+    prompt = rows.rollout.prompt_ids[0][rows.rollout.prompt_mask[0].bool()].tolist()
+    assert second == prompt + ids[: len(second) - len(prompt)].tolist()
+
+
+def test_summarizer_compresses_a_long_transcript_and_threads_restart(pool, tokenizer):
+    policy = ScriptedPolicy(tokenizer, {"solver": [fenced(ECHO)] * 2 + [fenced(RIGHT)]})
+    roles = {"hypothesis": "off", "solver": "policy", "testgen": "off", "summarizer": "scripted"}
+    run = runner(pool, tokenizer, policy, roles=roles, summarize_threshold=250)
+    header = len(
+        tokenizer(run.fmt.header("solver", run.fmt.code_problem(double_problem())))["input_ids"]
+    )
+    assert header < 250  # the first attempt starts below the threshold ...
+    episode = asyncio.run(run.run(double_problem(), 2))
+    assert episode.summaries >= 1  # ... and the transcript after a failed attempt passes it
+    assert [t.role for t in episode.turns][:3] == ["solver", "summarizer", "solver"]
+    assert len(episode.threads) == 1 + episode.summaries  # a new solver thread per summary
+    restarted = tokenizer.decode(policy.contexts[1], skip_special_tokens=True)
+    assert "## Summary" in restarted and "## Feedback" not in restarted
+    assert episode.delayed == 1.0
+
+
+def test_without_a_summarizer_an_outgrown_context_ends_the_episode(pool, tokenizer):
+    policy = ScriptedPolicy(tokenizer, {"solver": [fenced(ECHO)] * 3})
+    run = runner(pool, tokenizer, policy, context_window=400, max_new_tokens=64)
+    episode = asyncio.run(run.run(double_problem(), 3))
+    assert episode.stop == "context" and episode.attempts < 3
+    assert episode.delayed == 0.0  # the submitted program (echo) fails the hidden tests
+
+
+def pool_device():
+    import torch
+
+    return torch.device("cpu")
