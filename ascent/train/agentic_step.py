@@ -1,0 +1,249 @@
+"""The agentic GRPO step: the trainer's `rl_step` for runs with `[agentic] enabled = true`.
+
+    episodes (producer thread, async_workers in flight, <= max_staleness versions behind)
+      -> rows (policy tokens mask 1, observations mask 0, behaviour log-probs)
+      -> credit: 0.3 * A_immediate(turn) + 0.7 * A_delayed(episode)   (ascent.algos.agentic)
+      -> update_policy (the shared one), with the off-policy weight
+         min(pi_old / pi_behaviour, correction_clip) when off_policy_correction = true
+      -> publish the new weights to the producer
+
+`agentic_session(run, run_dir)` is what the trainer opens around its loop: it yields None for
+ordinary runs and an `AgenticTrainer` for agentic ones, and at the end stops the producer and
+the sandbox, prints the API usage per role and writes `api_usage.json` into the run directory.
+
+Asynchrony has a price in exactness: episodes in flight when a run is interrupted are dropped,
+and the producer draws problems (and samples) on its own thread, so a resumed agentic run
+continues from the next undrawn problem but does not replay the uninterrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import torch
+
+from ascent.algos.agentic import agentic_credit, turn_advantages_to_tokens
+from ascent.api import ApiClient, UsageLedger
+from ascent.config.agentic import ROLES, format_name
+from ascent.rewards.sandbox import SandboxPool
+from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
+from ascent.rollout.agentic.formats import FORMATS
+from ascent.rollout.agentic.producer import EpisodeProducer
+from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher, PolicySnapshot
+from ascent.rollout.agentic.rows import AgenticRows, build_rows
+from ascent.rollout.agentic.verify import Verifier
+from ascent.train.agentic_metrics import episode_metrics, row_metrics, sample_view
+from ascent.train.llm_setup import LLMRun, make_engine, updates_per_step
+from ascent.train.llm_step import Scored, policy_logprobs
+from ascent.train.llm_update import TrainBatch, update_policy
+from ascent.train.rundir import RunDir
+
+
+def loss_run(run: LLMRun) -> LLMRun:
+    """The run as the update sees it: the policy loss caps the off-policy weight at
+    correction_clip when off_policy_correction is on (shared objects, not copies)."""
+    a = run.cfg.agentic
+    cap = a.correction_clip if a.off_policy_correction else None
+    params = dataclasses.replace(run.parts.loss_params, is_cap=cap)
+    return dataclasses.replace(run, parts=dataclasses.replace(run.parts, loss_params=params))
+
+
+def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, float]]:
+    """Advantages from the turns' and episodes' rewards, and the log-probs the loss needs.
+
+    With off_policy_correction, the behaviour log-probs are the ones recorded at generation
+    and the clip is anchored at the policy being updated (its log-probs are computed once
+    when the batch feeds several optimiser steps); without it, plain PPO anchors the clip at
+    the behaviour policy itself.
+    """
+    a, alg, episodes = run.cfg.agentic, run.cfg.algorithm, rows.episodes
+    pools: dict[tuple[int, str], int] = {}
+    refs = [(r.episode, episodes[r.episode].turns[r.turn]) for r in rows.turns]
+    credit = agentic_credit(
+        torch.tensor([turn.reward for _, turn in refs], dtype=torch.float32),
+        torch.tensor([pools.setdefault((episodes[e].uid, t.role), len(pools)) for e, t in refs]),
+        torch.tensor([e for e, _ in refs]),
+        torch.tensor([float(ep.delayed or 0.0) for ep in episodes]),
+        torch.tensor([ep.uid for ep in episodes]),
+        immediate_weight=a.immediate_reward_weight,
+        delayed_weight=a.delayed_reward_weight,
+        scale_by_std=alg.advantage == "grpo",
+        eps=alg.std_eps,
+    )
+    rollout = rows.rollout
+    advantages = turn_advantages_to_tokens(
+        credit.advantages.to(rollout.logprobs.device), rows.token_turn
+    )
+    behaviour, old = None, rollout.logprobs
+    if a.off_policy_correction:
+        behaviour = rollout.logprobs
+        old = policy_logprobs(run.policy, run, rollout) if updates_per_step(run.cfg) > 1 else None
+    ref = policy_logprobs(run.reference, run, rollout) if run.parts.kl is not None else None
+    metrics = {
+        "adv_std": float(credit.advantages.std()) if len(refs) > 1 else 0.0,
+        "adv/immediate_std": float(credit.immediate.std()) if len(refs) > 1 else 0.0,
+        "adv/delayed_std": float(credit.delayed.std()) if len(refs) > 1 else 0.0,
+    }
+    batch = TrainBatch(
+        rollout=rollout, advantages=advantages, old_logp=old, ref_logp=ref, behaviour_logp=behaviour
+    )
+    return batch, metrics
+
+
+class AgenticTrainer:
+    """Owns the producer, the sandbox and the API usage of one agentic run."""
+
+    def __init__(self, run: LLMRun) -> None:
+        cfg = run.cfg
+        self.run = run
+        self.loss_run = loss_run(run)
+        self.format = FORMATS.get(format_name(cfg.data) or "code")
+        self.usage = UsageLedger()
+        self.pool = SandboxPool(cfg.sandbox)
+        self.verifier = Verifier(self.pool, cfg.reward.code, cfg.sandbox)
+        self.snapshot: PolicySnapshot | None = None
+        self.batcher: PolicyBatcher | None = None
+        self.producer: EpisodeProducer | None = None
+        self._draw_lock = threading.Lock()
+        self._sandbox_runs = 0
+
+    # -- the producer ------------------------------------------------------------------------
+
+    def settings(self) -> EpisodeSettings:
+        cfg = self.run.cfg
+        a = cfg.agentic
+        return EpisodeSettings(
+            roles={role: getattr(a.roles, role) for role in ROLES},
+            max_turns=a.max_turns,
+            summarize_threshold=a.summarize_threshold,
+            context_window=a.context_window,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            adversarial_penalty=a.adversarial_penalty,
+            unparsable_reward=a.unparsable_reward,
+            max_generated_tests=a.max_generated_tests,
+            default_language=cfg.reward.code.default_language,
+        )
+
+    def _draw(self):
+        with self._draw_lock:
+            return self.run.sampler.draw(1)[0]
+
+    @contextlib.asynccontextmanager
+    async def _serve(self) -> AsyncIterator[None]:
+        """The episode runner, with an API client bound to the producer's event loop."""
+        cfg = self.run.cfg
+        api = None
+        if cfg.agentic.roles.by_source("api"):
+            client = ApiClient.from_config(cfg, usage=self.usage)
+            params = {
+                "max_tokens": cfg.agentic.api_max_tokens,
+                "temperature": cfg.rollout.temperature,
+                "top_p": cfg.rollout.top_p,
+            }
+            api = ApiRoles(client, params)
+        self.runner = EpisodeRunner(
+            self.settings(), self.format, self.verifier, self.run.tokenizer, self.batcher, api
+        )
+        try:
+            yield
+        finally:
+            if api is not None:
+                await api.aclose()
+
+    def _start(self, version: int) -> None:
+        run, cfg = self.run, self.run.cfg
+        self.snapshot = PolicySnapshot(run.policy, version)
+        generator = torch.Generator(device=run.device).manual_seed(cfg.run.seed * 7919 + version)
+        self.batcher = PolicyBatcher(
+            self.snapshot,
+            make_engine(cfg, self.snapshot.model, run.tokenizer),
+            run.tokenizer,
+            run.sampling,
+            generator,
+            max_batch=cfg.rollout.async_workers,
+        )
+        self.producer = EpisodeProducer(
+            draw=self._draw,
+            group_size=cfg.rollout.group_size,
+            groups_per_step=run.prompts_per_step,
+            max_staleness=cfg.agentic.max_staleness,
+            async_workers=cfg.rollout.async_workers,
+            version=version,
+        )
+        self.producer.start(lambda drawn: self.runner.run(drawn.problem, drawn.uid), self._serve)
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def step(self, run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
+        """Train on the next groups of episodes; the loop's `rl_step` for agentic runs."""
+        version = step - 1  # the policy after step - 1 updates
+        if self.producer is None:
+            self._start(version)
+        assert self.producer is not None and self.snapshot is not None
+        t0 = time.perf_counter()
+        groups, dropped = self.producer.take(run.prompts_per_step, version)
+        t1 = time.perf_counter()
+        metrics = episode_metrics(groups, dropped)
+        episodes = [e for g in groups for e in g.episodes if e.valid]
+        rows = build_rows(episodes, run.tokenizer.pad_token_id, run.device) if episodes else None
+        if rows is not None:
+            batch, credit_metrics = credit_batch(self.loss_run, rows)
+            metrics |= credit_metrics | row_metrics(rows, version)
+            metrics |= update_policy(self.loss_run, batch, step)
+        else:
+            metrics["update_skipped"] = 1.0
+        self.snapshot.publish(step, run.policy)
+        self.producer.publish(step)
+        t2 = time.perf_counter()
+        tokens = rows.rollout.num_tokens if rows is not None else 0
+        metrics |= {
+            "tokens_per_s": tokens / max(t2 - t0, 1e-9),
+            "time/rollout": t1 - t0,
+            "time/update": t2 - t1,
+            "agentic/sandbox_runs": float(self.verifier.runs - self._sandbox_runs),
+        }
+        self._sandbox_runs = self.verifier.runs
+        return metrics, self._scored(rows)
+
+    def _scored(self, rows: AgenticRows | None) -> Scored:
+        if rows is None:
+            return empty_scored(self.run.device)
+        decode = lambda ids: self.run.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+        problems, completions, rewards = sample_view(rows, decode)
+        return Scored(rows.rollout, problems, completions, rewards)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+        if self.batcher is not None:
+            self.batcher.close()
+        self.pool.close()
+
+
+def empty_scored(device: torch.device) -> Scored:
+    from ascent.rewards import RewardOutput
+    from ascent.rollout import RolloutBatch
+
+    z = torch.zeros((0, 1), dtype=torch.long, device=device)
+    empty = RolloutBatch(z, z, z, z.float(), z.float(), z[:, 0], z[:, 0].bool())
+    return Scored(empty, [], [], RewardOutput([], {}, []))
+
+
+@contextlib.contextmanager
+def agentic_session(
+    run: LLMRun, run_dir: RunDir, echo: Callable[[str], None] = print
+) -> Iterator[AgenticTrainer | None]:
+    """An `AgenticTrainer` for the loop when `[agentic]` is enabled, else None."""
+    if not run.cfg.agentic.enabled:
+        yield None
+        return
+    trainer = AgenticTrainer(run)
+    try:
+        yield trainer
+    finally:
+        trainer.close()
+        trainer.usage.finish(run_dir.path, echo)

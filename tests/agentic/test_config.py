@@ -1,0 +1,56 @@
+"""`[agentic]`: what it accepts, what it refuses (with the fix), and the recipes load."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascent.config import load_config
+from ascent.errors import ConfigError
+
+ON = ["agentic.enabled=true", 'agentic.roles.hypothesis="off"', 'agentic.roles.testgen="scripted"',
+      'agentic.roles.summarizer="scripted"']  # fmt: skip
+
+
+def test_defaults_are_the_write_ups():
+    a = load_config(None, ON).agentic
+    assert (a.max_turns, a.summarize_threshold, a.context_window) == (6, 24000, 32768)
+    assert (a.immediate_reward_weight, a.delayed_reward_weight) == (0.3, 0.7)
+    assert (a.adversarial_penalty, a.correction_clip, a.off_policy_correction) == (-0.5, 5.0, True)
+    code = load_config(None, ON).reward.code  # the tiers are [reward.code]'s, not a copy
+    assert (code.compile_reward, code.sample_reward, code.pass_reward) == (0.1, 0.3, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (['agentic.roles.hypothesis="api"'], 'add hypothesis_model = "name" to [models]'),
+        (['agentic.roles.solver="off"'], "solver cannot be"),
+        (['agentic.roles.solver="scripted"'], "no role is played by the trained policy"),
+        (["agentic.summarize_threshold=40000"], "must be below context_window"),
+        (["agentic.immediate_reward_weight=0", "agentic.delayed_reward_weight=0"], "both 0"),
+        (['algorithm.advantage="gae"'], "must be grpo or dr_grpo"),
+        (['algorithm.kl_mode="reward"', "algorithm.kl_coef=0.01"], 'kl_mode = "loss"'),
+        (["algorithm.is_cap=5.0"], "correction_clip"),
+        (['data.task="countdown"', 'reward.functions=["countdown"]'], "'countdown' has none"),
+    ],
+)
+def test_settings_agentic_episodes_cannot_honour_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=r"agentic|algorithm|data") as err:
+        load_config(None, [*ON, *overrides])
+    assert message in str(err.value)
+
+
+def test_is_cap_is_still_refused_outside_agentic_runs():
+    with pytest.raises(ConfigError, match="on-policy"):
+        load_config(None, ["algorithm.is_cap=5.0"])
+
+
+def test_agentic_settings_are_checked_only_when_enabled():
+    cfg = load_config(None, ['agentic.roles.hypothesis="api"'])  # off: nothing to check
+    assert not cfg.agentic.enabled
+
+
+@pytest.mark.parametrize("recipe", ["examples/agentic_tiny.toml", "examples/agentic_grpo.toml"])
+def test_agentic_recipes_load(recipe):
+    cfg = load_config(recipe)
+    assert cfg.agentic.enabled and cfg.agentic.roles.solver == "policy"

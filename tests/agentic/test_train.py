@@ -1,0 +1,116 @@
+"""Agentic GRPO through the one trainer: the tiny recipe, and API-served roles on loopback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ascent.config import load_config
+from ascent.config.rewards import SandboxSection
+from ascent.train.llm import train_llm
+from ascent.train.rundir import RunDir
+from tests.api.scripted_server import ScriptedServer, ok
+from tests.rewards.conftest import isolation_or_skip
+
+SHORT = [
+    "train.total_steps=3",
+    "train.batch_size=16",
+    "train.micro_batch_size=16",
+    "train.eval_steps=3",
+    "train.save_steps=3",
+    "data.eval_size=20",
+    "logging.progress=false",
+    "logging.sample_every=3",
+    "logging.num_samples=16",
+]
+AGENTIC_METRICS = (
+    "reward", "reward/immediate", "reward/delayed", "agentic/turns", "agentic/summarizations",
+    "agentic/staleness", "agentic/staleness_max", "agentic/tokens/solver", "agentic/unparsable",
+    "is_weight_mean", "is_weight_max", "is_clip_frac", "clip_ratio", "loss", "grad_norm",
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def sandbox_available() -> None:
+    isolation_or_skip(SandboxSection())
+
+
+def train(tmp_path, config: str, *overrides: str):
+    cfg = load_config(config, [*SHORT, f'run.output_dir="{tmp_path}"', *overrides])
+    run_dir = RunDir.create(cfg)
+    return train_llm(cfg, run_dir), run_dir
+
+
+def test_tiny_agentic_recipe_trains_through_the_shared_loop(tmp_path):
+    summary, run_dir = train(tmp_path, "examples/agentic_tiny.toml")
+    assert summary["steps"] == 3 and summary["eval_accuracy_after"] is not None
+    rows = [json.loads(line) for line in run_dir.metrics_path.read_text().splitlines()]
+    for name in AGENTIC_METRICS:
+        assert name in rows[-1], name
+    assert rows[-1]["agentic/tokens/testgen"] > 0  # the scripted test generator took part
+    dump = [json.loads(line) for line in (run_dir.samples_dir / "step-000003.jsonl").open()]
+    episode = dump[0]["details"]["agentic"]
+    assert episode["turns"][0]["role"] == "solver" and episode["transcript"]
+    assert dump[0]["reward"] == episode["delayed_reward"]  # the row's reward: its episode's
+    assert all("reward" in turn for turn in episode["turns"])  # and each turn's immediate one
+    assert not (run_dir.path / "api_usage.json").exists()  # no API role, nothing to report
+
+
+def code_problems(path) -> None:
+    rows = [
+        {
+            "id": f"mul{k}",
+            "statement": f"read n, print n times {k}",
+            "tests": [{"input": f"{n}\n", "output": f"{n * k}\n"} for n in (3, 11)],
+            "sample_tests": [{"input": "1\n", "output": f"{k}\n"}],
+            "reference_solution": f"print(int(input()) * {k})\n",
+        }
+        for k in range(2, 9)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_api_roles_answer_through_the_api_channel_and_their_usage_is_saved(tmp_path, capsys):
+    data = tmp_path / "problems.jsonl"
+    code_problems(data)
+    tests = json.dumps([{"input": "5\n", "output": "10\n"}])
+
+    def route(seen):
+        model = seen.body["model"]
+        text = f"```json\n{tests}\n```" if model == "tester" else "multiply n by k"
+        return ok(text, model=model, completion_tokens=5)
+
+    with ScriptedServer() as server:
+        server.default("/v1/chat/completions", route)
+        _, run_dir = train(
+            tmp_path,
+            "examples/agentic_tiny.toml",
+            f'data.path="{data}"',
+            'data.columns={prompt="statement", answer="id", id="id", '
+            'extra=["tests", "sample_tests", "reference_solution"]}',
+            "data.eval_size=2",
+            'reward.functions=["code"]',
+            'api.base_url="' + server.url + '/v1"',
+            'api.api_key_env=""',
+            'models.hypothesis_model="thinker"',
+            'models.testgen_model="tester"',
+            'agentic.roles.hypothesis="api"',
+            'agentic.roles.testgen="api"',
+            "agentic.summarize_threshold=2000",
+            "agentic.context_window=4096",
+            "agentic.max_turns=2",
+            "train.total_steps=2",
+            "train.eval_steps=2",
+            "train.save_steps=2",
+        )
+    usage = json.loads((run_dir.path / "api_usage.json").read_text())
+    assert usage["hypothesis"]["requests"] > 0 and usage["hypothesis"]["completion_tokens"] > 0
+    assert "api usage: hypothesis:" in capsys.readouterr().out
+    rows = [json.loads(line) for line in run_dir.metrics_path.read_text().splitlines()]
+    assert rows[-1]["agentic/tokens/hypothesis"] > 0
+    # The tiny character model cannot write a code fence: every solve is a recorded,
+    # penalised turn, never a crash; testgen is asked only for programs, so not at all.
+    assert rows[-1]["agentic/unparsable"] == 1.0
+    assert rows[-1]["reward/immediate"] == -0.1
+    assert "testgen" not in usage
