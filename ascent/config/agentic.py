@@ -142,9 +142,51 @@ class AgenticSection(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _no_idle_keys(self) -> AgenticSection:
+        """A key whose mechanism is switched off would do nothing: refuse it."""
+        if not self.enabled:
+            return self
+        roles = self.roles
+        idle = {
+            "correction_clip": "off_policy_correction = false",
+            "api_max_tokens": "no role is served by the API",
+            "max_generated_tests": 'testgen = "off"',
+            "adversarial_penalty": 'testgen = "off"',
+            "summarize_threshold": 'summarizer = "off"',
+        }
+        active = {
+            "correction_clip": self.off_policy_correction,
+            "api_max_tokens": bool(roles.by_source("api")),
+            "max_generated_tests": roles.testgen != "off",
+            "adversarial_penalty": roles.testgen != "off",
+            "summarize_threshold": roles.summarizer != "off",
+        }
+        for key, why in idle.items():
+            if self.explicitly_set(key) and not active[key]:
+                raise ValueError(f"[agentic] {key} does nothing with {why}; remove the key")
+        return self
+
+
+# Single-completion features the agentic step does not implement: (section, key, off value).
+NOT_AGENTIC = (
+    ("algorithm", "nll_coef", 0.0),
+    ("algorithm", "overlong", "off"),
+    ("sampling", "dynamic", False),
+    ("sampling", "history_resampling", False),
+    ("sampling", "replay_ratio", 0.0),
+)
+
 
 def _refuse_foreign(data: dict[str, Any]) -> None:
     """Settings of other sections that agentic episodes cannot honour."""
+    for section, key, off in NOT_AGENTIC:
+        value = getattr(data.get(section), key, off)
+        if value != off:
+            raise ValueError(
+                f"[{section}] {key}: agentic episodes do not support it (it shapes single "
+                f"completions); set {key} = {off!r} or turn [agentic] off".replace("'", '"')
+            )
     alg, rollout = data.get("algorithm"), data.get("rollout")
     if alg is not None:
         if alg.advantage not in GROUP_ADVANTAGES:

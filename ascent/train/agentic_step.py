@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import torch
 
+from ascent.algos import masked_whiten
 from ascent.algos.agentic import agentic_credit, turn_advantages_to_tokens
 from ascent.api import ApiClient, UsageLedger
 from ascent.config.agentic import ROLES, format_name
@@ -78,6 +79,8 @@ def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, 
     advantages = turn_advantages_to_tokens(
         credit.advantages.to(rollout.logprobs.device), rows.token_turn
     )
+    if getattr(alg, "normalize_advantages", False):  # whiten over the batch's policy tokens
+        advantages = masked_whiten(advantages, rollout.response_mask)
     behaviour, old = None, rollout.logprobs
     if a.off_policy_correction:
         behaviour = rollout.logprobs

@@ -54,3 +54,28 @@ def test_agentic_settings_are_checked_only_when_enabled():
 def test_agentic_recipes_load(recipe):
     cfg = load_config(recipe)
     assert cfg.agentic.enabled and cfg.agentic.roles.solver == "policy"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["algorithm.nll_coef=0.1", 'algorithm.overlong="mask"', "sampling.dynamic=true",
+     "sampling.history_resampling=true", "sampling.replay_ratio=0.3"],
+)  # fmt: skip
+def test_single_completion_features_are_refused_in_agentic_runs(setting):
+    with pytest.raises(ConfigError, match="agentic episodes do not support it"):
+        load_config(None, [*ON, setting])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        (["agentic.off_policy_correction=false", "agentic.correction_clip=3"], "correction"),
+        (["agentic.api_max_tokens=100"], "no role is served by the API"),
+        (['agentic.roles.testgen="off"', "agentic.adversarial_penalty=-1"], "testgen"),
+        (['agentic.roles.summarizer="off"', "agentic.summarize_threshold=100"], "summarizer"),
+    ],
+)
+def test_keys_whose_mechanism_is_off_are_refused(overrides, why):
+    with pytest.raises(ConfigError, match="does nothing with") as err:
+        load_config(None, [*ON, *overrides])
+    assert why in str(err.value)

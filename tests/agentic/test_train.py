@@ -114,3 +114,21 @@ def test_api_roles_answer_through_the_api_channel_and_their_usage_is_saved(tmp_p
     assert rows[-1]["agentic/unparsable"] == 1.0
     assert rows[-1]["reward/immediate"] == -0.1
     assert "testgen" not in usage
+
+
+@pytest.mark.slow
+def test_tiny_agentic_recipe_learns_on_a_cpu(tmp_path, request):
+    """examples/agentic_tiny.toml as shipped (5-6 minutes on 2 quiet cores): run it with
+    `pytest -m slow`. Held-out first-attempt accuracy and the delayed reward both rise."""
+    selected = request.config.getoption("markexpr") or ""
+    if "slow" not in selected or "not slow" in selected:
+        pytest.skip("minutes long: run with -m slow")
+    cfg = load_config(
+        "examples/agentic_tiny.toml", [f'run.output_dir="{tmp_path}"', "logging.progress=false"]
+    )
+    run_dir = RunDir.create(cfg)
+    summary = train_llm(cfg, run_dir)
+    assert summary["eval_accuracy_after"] - summary["eval_accuracy_before"] >= 0.08, summary
+    rows = [json.loads(line) for line in run_dir.metrics_path.read_text().splitlines()]
+    delayed = [r["reward/delayed"] for r in rows]
+    assert sum(delayed[-50:]) / 50 > sum(delayed[:50]) / 50 + 0.03
