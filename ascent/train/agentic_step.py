@@ -31,6 +31,7 @@ from ascent.algos.agentic import agentic_credit, turn_advantages_to_tokens
 from ascent.api import ApiClient, UsageLedger
 from ascent.config.agentic import ROLES, format_name
 from ascent.rewards.sandbox import SandboxPool
+from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
 from ascent.rollout.agentic.formats import FORMATS
 from ascent.rollout.agentic.producer import EpisodeProducer
@@ -97,6 +98,13 @@ def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, 
     return batch, metrics
 
 
+def chat_template(cfg, tokenizer) -> ChatTemplate | None:
+    """Policy threads are chats when `[data] chat_template` applies (auto: the tokenizer has
+    one), as the trainer's prompts are."""
+    mode = getattr(cfg.data, "chat_template", "off")
+    return ChatTemplate(tokenizer) if mode != "off" and tokenizer.chat_template else None
+
+
 class AgenticTrainer:
     """Owns the producer, the sandbox and the API usage of one agentic run."""
 
@@ -149,7 +157,13 @@ class AgenticTrainer:
             }
             api = ApiRoles(client, params)
         self.runner = EpisodeRunner(
-            self.settings(), self.format, self.verifier, self.run.tokenizer, self.batcher, api
+            self.settings(),
+            self.format,
+            self.verifier,
+            self.run.tokenizer,
+            self.batcher,
+            api,
+            chat_template(cfg, self.run.tokenizer),
         )
         try:
             yield

@@ -89,6 +89,8 @@ def settings(**changes) -> EpisodeSettings:
     return EpisodeSettings(**(base | changes))
 
 
-def runner(pool, tokenizer, policy, fmt: str = "code", **changes) -> EpisodeRunner:
+def runner(pool, tokenizer, policy, fmt: str = "code", chat=None, **changes) -> EpisodeRunner:
     verifier = Verifier(pool, CodeRewardSection(), SANDBOX)
-    return EpisodeRunner(settings(**changes), FORMATS.get(fmt), verifier, tokenizer, policy, None)
+    return EpisodeRunner(
+        settings(**changes), FORMATS.get(fmt), verifier, tokenizer, policy, None, chat
+    )

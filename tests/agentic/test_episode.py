@@ -10,6 +10,7 @@ import pytest
 
 from ascent.config.rewards import CodeRewardSection
 from ascent.rewards.judge import StdioTest
+from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.rows import build_rows
 from ascent.rollout.agentic.verify import Verifier
 from tests.agentic.conftest import (
@@ -126,3 +127,27 @@ def pool_device():
     import torch
 
     return torch.device("cpu")
+
+
+CHAT = (
+    "{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}"
+)
+
+
+def test_a_chat_policy_reads_its_turns_as_chat_messages(pool, tokenizer):
+    tokenizer.chat_template = CHAT
+    policy = ScriptedPolicy(tokenizer, {"solver": [fenced(ECHO), fenced(RIGHT)]})
+    run = runner(pool, tokenizer, policy, chat=ChatTemplate(tokenizer))
+    episode = asyncio.run(run.run(double_problem(), 4))
+    first, second = (tokenizer.decode(c) for c in policy.contexts)
+    assert first.startswith("[system] You solve") and first.endswith("[assistant] ")
+    assert "[user] ## Problem" in first
+    # The next context: the first, the policy's answer and end-of-turn token, the feedback
+    # as a new user message, and the opening of the next assistant turn.
+    assert second.startswith(first + fenced(ECHO) + tokenizer.eos_token + "[user] ## Feedback")
+    assert second.endswith("Write the program.<eos>[assistant] ")
+    rows = build_rows([episode], tokenizer.pad_token_id, pool_device())
+    mask = rows.rollout.response_mask[0]
+    sampled = tokenizer.decode(rows.rollout.response_ids[0][mask == 1].tolist())
+    assert sampled == fenced(ECHO) + "<eos>" + fenced(RIGHT) + "<eos>"

@@ -20,6 +20,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.data import Problem
 from ascent.rewards.judge import StdioTest
+from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.transcript import ROLE_OUTPUT, Episode, Event, PolicyThread, Turn
@@ -52,8 +53,10 @@ class EpisodeRunner:
         tokenizer: PreTrainedTokenizerBase,
         policy: PolicyBatcher | None,
         api: ApiRoles | None,
+        chat: ChatTemplate | None = None,
     ) -> None:
         self.s = settings
+        self.chat = chat  # set: policy threads are chats in the tokenizer's template
         self.fmt = fmt
         self.verifier = verifier
         self.tokenizer = tokenizer
@@ -194,14 +197,11 @@ class EpisodeRunner:
     async def _policy_turn(self, ep: Episode, role: str, attempt: int) -> Turn | None:
         assert self.policy is not None
         thread = ep.open_threads.get(role)
+        new = [e for e in ep.events[thread.cursor if thread else 0 :] if self.fmt.visible(role, e)]
         if thread is None:
-            thread = PolicyThread(role, self.encode(self.fmt.header(role, ep.code), special=True))
-            ep.threads.append(thread)
-            ep.open_threads[role] = thread
-        new = [e for e in ep.events[thread.cursor :] if self.fmt.visible(role, e)]
-        after_header = not new and not thread.response
-        observed = "".join(self.fmt.render(e, ep.code) for e in new)
-        ids = self.encode(observed + self.fmt.cue(role, ep.code, after_header))
+            thread, ids = self._open_thread(ep, role, new), []
+        else:
+            ids = self.encode(self._observation(ep, thread, new))
         if len(thread.context) + len(ids) + self.s.max_new_tokens > self.s.context_window:
             return None
         thread.observe(ids)
@@ -209,7 +209,38 @@ class EpisodeRunner:
         out = await self.policy.generate(thread.context)
         turn = Turn(role, "policy", attempt, out.text, tokens=len(out.ids), version=out.version)
         thread.act(out.ids, out.logprobs, ep.add_turn(turn), out.finished)
+        thread.last_text = out.text
+        thread.last_end = self.tokenizer.decode(out.ids[-1:]) if out.finished else ""
         return turn
+
+    def _open_thread(self, ep: Episode, role: str, events: list[Event]) -> PolicyThread:
+        """A new thread whose prompt is the role's first context (with what it sees so far)."""
+        if self.chat is not None:
+            messages = self.fmt.messages(role, ep.code, events)
+            thread = PolicyThread(role, self.encode(self.chat.start(messages)))
+            thread.messages = messages
+        else:
+            text = self.fmt.header(role, ep.code)
+            text += "".join(self.fmt.render(e, ep.code) for e in events)
+            text += self.fmt.cue(role, ep.code, after_header=not events)
+            thread = PolicyThread(role, self.encode(text, special=True))
+        ep.threads.append(thread)
+        ep.open_threads[role] = thread
+        return thread
+
+    def _observation(self, ep: Episode, thread: PolicyThread, events: list[Event]) -> str:
+        """The text between the thread's last policy turn and its next one."""
+        if self.chat is None or thread.messages is None:
+            observed = "".join(self.fmt.render(e, ep.code) for e in events)
+            return observed + self.fmt.cue(thread.role, ep.code, after_header=False)
+        user = {"role": "user", "content": self.fmt.update(thread.role, ep.code, events).lstrip()}
+        text = self.chat.continuation(thread.messages, thread.last_text, user, thread.last_end)
+        thread.messages = [
+            *thread.messages,
+            {"role": "assistant", "content": thread.last_text},
+            user,
+        ]
+        return text
 
     def _transcript_tokens(self, ep: Episode) -> int:
         """Tokens of the transcript as the solver would read it (policy tokenizer)."""

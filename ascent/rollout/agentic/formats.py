@@ -98,13 +98,18 @@ class CodeFormat:
         return f"\n\n## {ROLE_OUTPUT[role].capitalize()}\n"
 
     def messages(self, role: str, code: CodeProblem, events: list[Event]) -> list[dict[str, Any]]:
-        """An API role's chat: its instructions, then the problem and the transcript."""
-        problem = self.header(role, code).split("\n\n", 1)[1]
-        transcript = "".join(self.render(e, code) for e in events if self.visible(role, e))
+        """A chat for the role (API roles, chat-template policies): its instructions, then
+        the problem and the transcript."""
+        problem = CodeFormat.header(self, role, code).split("\n\n", 1)[1]
         return [
             {"role": "system", "content": INSTRUCTIONS[role]},
-            {"role": "user", "content": f"{problem}{transcript}\n\n{ASK[role]}"},
+            {"role": "user", "content": problem + self.update(role, code, events)},
         ]
+
+    def update(self, role: str, code: CodeProblem, events: list[Event]) -> str:
+        """What the role is told in a new chat message: the new events and the request."""
+        transcript = "".join(self.render(e, code) for e in events if self.visible(role, e))
+        return f"{transcript}\n\n{ASK[role]}"
 
     # -- what roles write --------------------------------------------------------------------
 

@@ -72,6 +72,9 @@ class PolicyThread:
     turn_of: list[int] = field(default_factory=list)  # the Turn index of each token (-1: obs)
     cursor: int = 0  # events already in the thread
     finished: bool = True  # the last policy turn ended with EOS
+    messages: list[dict[str, Any]] | None = None  # the chat so far (chat-template policies)
+    last_text: str = ""  # the policy's last answer, decoded
+    last_end: str = ""  # the end-of-turn token it sampled ('' when cut by max_new_tokens)
 
     @property
     def context(self) -> list[int]:
