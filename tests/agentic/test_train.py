@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
 from ascent.config import load_config
 from ascent.config.rewards import SandboxSection
+from ascent.train.agentic_step import AgenticTrainer
 from ascent.train.llm import train_llm
 from ascent.train.rundir import RunDir
 from tests.api.scripted_server import ScriptedServer, ok
@@ -55,6 +58,32 @@ def test_tiny_agentic_recipe_trains_through_the_shared_loop(tmp_path):
     assert dump[0]["reward"] == episode["delayed_reward"]  # the row's reward: its episode's
     assert all("reward" in turn for turn in episode["turns"])  # and each turn's immediate one
     assert not (run_dir.path / "api_usage.json").exists()  # no API role, nothing to report
+
+
+def test_an_interrupted_agentic_run_saves_and_resumes(tmp_path, monkeypatch):
+    step = AgenticTrainer.step
+
+    def interrupted(self, run, current):
+        if current == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: finish the step, save, stop
+        return step(self, run, current)
+
+    cfg = load_config(
+        "examples/agentic_tiny.toml",
+        [*SHORT, f'run.output_dir="{tmp_path}"', "train.total_steps=4", "train.save_steps=0",
+         "train.eval_steps=0"],
+    )  # fmt: skip
+    with monkeypatch.context() as patch:
+        patch.setattr(AgenticTrainer, "step", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            train_llm(cfg, RunDir.create(cfg))
+    resumed = RunDir.create(cfg, resume=tmp_path / cfg.run.name)
+    assert resumed.resume_from.name == "step-000002"
+    summary = train_llm(cfg, resumed)
+    assert summary["steps"] == 4 and not summary["interrupted"]
+    rows = [json.loads(line) for line in resumed.metrics_path.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert max(r["agentic/staleness_max"] for r in rows) <= cfg.agentic.max_staleness
 
 
 def code_problems(path) -> None:
