@@ -157,7 +157,7 @@ def test_tiny_agentic_recipe_learns_on_a_cpu(tmp_path, request):
     )
     run_dir = RunDir.create(cfg)
     summary = train_llm(cfg, run_dir)
-    assert summary["eval_accuracy_after"] - summary["eval_accuracy_before"] >= 0.08, summary
+    assert summary["eval_accuracy_after"] - summary["eval_accuracy_before"] >= 0.05, summary
     rows = [json.loads(line) for line in run_dir.metrics_path.read_text().splitlines()]
     delayed = [r["reward/delayed"] for r in rows]
-    assert sum(delayed[-50:]) / 50 > sum(delayed[:50]) / 50 + 0.03
+    assert sum(delayed[-50:]) / 50 > sum(delayed[:50]) / 50 + 0.02
