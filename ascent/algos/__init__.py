@@ -8,10 +8,13 @@ Nothing here reads files, config objects or globals; the trainer builds the type
 - `AGGREGATIONS`: token_mean, seq_mean_token_mean, seq_mean_token_sum,
   seq_mean_token_sum_norm                                 -> `fn(loss, mask, scale)`
 - `KL_ESTIMATORS`: k1, k2, k3                             -> `fn(logp, ref_logp)`
+
+and the terms a recipe adds: `positive_nll` (VAPO), `soft_overlong_penalty` (DAPO).
 """
 
 from ascent.algos.advantages import ADVANTAGES, length_adaptive_lambda
 from ascent.algos.aggregation import AGGREGATIONS
+from ascent.algos.auxiliary import positive_nll
 from ascent.algos.batch import (
     AdvantageBatch,
     AdvantageParams,
@@ -24,6 +27,7 @@ from ascent.algos.distributions import entropy_from_logits, logprobs_from_logits
 from ascent.algos.kl import KL_ESTIMATORS, kl_penalty_rewards
 from ascent.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from ascent.algos.policy_loss import POLICY_LOSSES
+from ascent.algos.shaping import soft_overlong_penalty
 from ascent.algos.value import explained_variance, value_loss
 
 __all__ = [
@@ -46,5 +50,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "positive_nll",
+    "soft_overlong_penalty",
     "value_loss",
 ]
