@@ -1,19 +1,29 @@
-"""Sections of an LLM run: model, data, rollout, algorithm, train, optim; and the root model.
+"""Sections of an LLM run: model, data, rollout, algorithm, critic, sampling, train, optim,
+stages; and the root model.
 
 The reference values of the write-ups (R1-Zero GRPO) are the defaults. Recipes in `examples/`
 and the built-in demo override them. Cross-section rules (batch arithmetic, names that must
-exist in a registry, settings a chosen component cannot honour) live in `LLMConfig`'s
-validators so that a bad combination fails at load time with one line saying what to change.
+exist in a registry, settings a chosen component cannot honour) are `LLMConfig`'s validators
+(written out in `llm_rules.py`), so that a bad combination fails at load time with one line
+saying what to change.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from ascent.config import llm_rules
+from ascent.config.agentic import AgenticField, AgenticSection
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
+from ascent.config.data import (  # noqa: F401  (re-exported: ascent.config.llm is their home)
+    ArithmeticSection,
+    ColumnsSection,
+    CountdownSection,
+    DataSection,
+)
 from ascent.config.evaluation import EvalSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.config.run import LoggingSection, RunSection
@@ -55,66 +65,6 @@ class ModelSection(Section):
         None, description="Reference policy for KL; unset: a frozen copy of the initial policy."
     )
     lora: LoraSection = Field(default_factory=LoraSection, description="LoRA adapters.")
-
-
-class ArithmeticSection(Section):
-    """`[data.arithmetic]`: the built-in arithmetic task (`07+45=` -> `52`)."""
-
-    digits: int = Field(2, ge=1, le=6, description="Digits per operand (zero-padded).")
-    operators: list[Literal["+", "-", "*"]] = Field(
-        default_factory=lambda: ["+"], min_length=1, description="Operators drawn from."
-    )
-
-
-class CountdownSection(Section):
-    """`[data.countdown]`: the built-in Countdown task (`use 3 7 8 to make 31:`)."""
-
-    numbers: int = Field(
-        3, ge=2, le=6, description="Numbers per puzzle; each is used exactly once."
-    )
-    max_number: int = Field(25, ge=1, description="Largest number drawn.")
-    max_target: int = Field(100, ge=1, description="Largest target.")
-
-
-class DataSection(Section):
-    """`[data]`: the problems a run trains and evaluates on."""
-
-    task: str = Field("arithmetic", description="Built-in task: arithmetic or countdown.")
-    train_size: int = Field(
-        10000, ge=1, description="Training problems generated for a built-in task."
-    )
-    eval_size: int = Field(200, ge=1, description="Held-out problems for evaluation.")
-    shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
-    prompt_template: str = Field(
-        "{prompt}",
-        description="Format string for what the policy sees: {prompt} is the task's prompt; "
-        "the task's columns ({numbers}, {target}) may also be used.",
-    )
-    arithmetic: ArithmeticSection = Field(
-        default_factory=ArithmeticSection, description="Arithmetic task settings."
-    )
-    countdown: CountdownSection = Field(
-        default_factory=CountdownSection, description="Countdown task settings."
-    )
-
-    @field_validator("prompt_template")
-    @classmethod
-    def _template_has_prompt(cls, value: str) -> str:
-        if "{prompt}" not in value:
-            raise ValueError(
-                "[data] prompt_template must contain {prompt} (the task's question), "
-                'e.g. "Question: {prompt}\\nAnswer:"'
-            )
-        return value
-
-    @field_validator("task")
-    @classmethod
-    def _known_task(cls, value: str) -> str:
-        from ascent.data.tasks import TASKS
-
-        if value not in TASKS:
-            raise ValueError(TASKS.unknown_message(value))
-        return value
 
 
 class RolloutSection(Section):
@@ -195,6 +145,96 @@ class AlgorithmSection(Section):
         1e-6, gt=0.0, description="Added to the group std in GRPO normalisation."
     )
     entropy_coef: float = Field(0.0, ge=0.0, description="Weight of the entropy bonus.")
+    normalize_advantages: bool = Field(
+        False,
+        description="Whiten advantages over the batch's policy tokens (mean 0, std 1), as verl "
+        "does for GAE.",
+    )
+    nll_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="Weight of the NLL of correct completions added to the loss (VAPO: 0.1).",
+    )
+    overlong: Literal["off", "mask", "penalty"] = Field(
+        "off",
+        description="Completions cut by max_new_tokens: trained on as they are (off), left out "
+        "of the loss (mask), or a soft length penalty on the reward (penalty, DAPO).",
+    )
+    overlong_buffer: int | None = Field(
+        None,
+        ge=1,
+        description="Penalty mode: the last N tokens before max_new_tokens where the penalty "
+        "ramps from 0 to overlong_penalty (DAPO: 4096 of 20480).",
+    )
+    overlong_penalty: float = Field(
+        1.0, gt=0.0, description="Penalty mode: reward penalty at max_new_tokens."
+    )
+
+
+class CriticSection(Section):
+    """`[critic]`: the value model of value-based estimators (gae, length_adaptive_gae)."""
+
+    architecture: Literal["separate", "head"] = Field(
+        "separate",
+        description="separate: its own transformer with a value head; head: a value head on "
+        "the policy's backbone (shared weights, one optimiser step for both).",
+    )
+    name_or_path: str | None = Field(
+        None,
+        description="Separate critic: weights of its backbone; unset: the policy's initial "
+        "weights.",
+    )
+    lr: float = Field(
+        2e-6, gt=0.0, description="Critic learning rate (VAPO: 2e-6, twice the policy's)."
+    )
+    value_coef: float = Field(
+        0.5,
+        gt=0.0,
+        description="Head: weight of the value loss in the loss shared with the policy.",
+    )
+    value_clip: float | None = Field(
+        None,
+        gt=0.0,
+        description="Clip new values to old +- value_clip in the value loss; unset: plain "
+        "squared error.",
+    )
+    value_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="First steps of the run train only the critic, policy frozen (VAPO value "
+        "pre-training: 50); they count in total_steps.",
+    )
+
+
+class SamplingSection(Section):
+    """`[sampling]`: which completions a step trains on (dynamic sampling, history
+    resampling, positive replay)."""
+
+    dynamic: bool = Field(
+        False,
+        description="DAPO dynamic sampling: drop groups whose rewards are all equal and "
+        "generate more until the batch is full.",
+    )
+    max_rounds: int = Field(
+        4, ge=1, description="Dynamic sampling: extra generation rounds a step may take."
+    )
+    history_resampling: bool = Field(
+        False,
+        description="SRPO: at each epoch end, drop prompts whose rollouts were all correct "
+        "(keep mixed and all-wrong ones).",
+    )
+    replay_ratio: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Fraction of each batch drawn from a buffer of past correct completions.",
+    )
+    replay_buffer_size: int = Field(
+        1024, ge=1, description="Correct completions the replay buffer holds (oldest go first)."
+    )
+    replay_max_staleness: int = Field(
+        20, ge=1, description="Replay only completions sampled at most this many steps ago."
+    )
 
 
 class TrainSection(Section):
@@ -240,15 +280,32 @@ class OptimSection(Section):
     )
 
 
-def _divisors_near(n: int, around: int) -> list[int]:
-    """Two divisors of n closest to `around`, for error messages that propose valid values."""
-    divs = [d for d in range(1, n + 1) if n % d == 0 and d > 1]
-    return sorted(sorted(divs, key=lambda d: (abs(d - around), d))[:2])
+STAGE_SECTIONS = ("data", "rollout", "algorithm", "critic", "sampling", "train", "optim", "reward")
 
 
-def _multiples_near(step: int, around: int) -> list[int]:
-    lower = max(step, around // step * step)
-    return sorted({lower, lower + step})
+class StageSection(Section):
+    """`[[stages]]`: one stage of a staged run; its tables override the top-level sections.
+    Stage N+1 starts from stage N's final weights."""
+
+    name: str = Field(..., min_length=1, description="Stage name (its run sub-directory).")
+    data: dict[str, Any] = Field(default_factory=dict, description="Overrides of [data].")
+    rollout: dict[str, Any] = Field(default_factory=dict, description="Overrides of [rollout].")
+    algorithm: dict[str, Any] = Field(default_factory=dict, description="Overrides of [algorithm].")
+    critic: dict[str, Any] = Field(default_factory=dict, description="Overrides of [critic].")
+    sampling: dict[str, Any] = Field(default_factory=dict, description="Overrides of [sampling].")
+    train: dict[str, Any] = Field(default_factory=dict, description="Overrides of [train].")
+    optim: dict[str, Any] = Field(default_factory=dict, description="Overrides of [optim].")
+    reward: dict[str, Any] = Field(default_factory=dict, description="Overrides of [reward].")
+
+
+def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 class LLMConfig(Section):
@@ -265,6 +322,12 @@ class LLMConfig(Section):
     algorithm: AlgorithmSection = Field(
         default_factory=AlgorithmSection, description="Named algorithm parts."
     )
+    critic: CriticSection = Field(
+        default_factory=CriticSection, description="Value model (value-based estimators)."
+    )
+    sampling: SamplingSection = Field(
+        default_factory=SamplingSection, description="Which completions a step trains on."
+    )
     train: TrainSection = Field(
         default_factory=TrainSection, description="Steps, batches, checkpoints."
     )
@@ -280,21 +343,34 @@ class LLMConfig(Section):
         default_factory=AssistantSection, description="Log assistant."
     )
     eval: EvalSection = Field(default_factory=EvalSection, description="`ascent eval` settings.")
+    # Checked after the sections it depends on (fields validate in this order).
+    agentic: AgenticField = Field(
+        default_factory=AgenticSection, description="Agentic (multi-role, multi-turn) rollouts."
+    )
+    stages: list[StageSection] = Field(
+        default_factory=list, description="Stages run one after another (SRPO); empty: one run."
+    )
+
+    @property
+    def replay_rows(self) -> int:
+        """Completions per step drawn from the positive-replay buffer."""
+        return round(self.train.batch_size * self.sampling.replay_ratio)
+
+    def stage_configs(self) -> list[tuple[str, LLMConfig]]:
+        """Each stage's full config: the top level with the stage's tables merged in."""
+        base = self.model_dump(exclude={"stages"})
+        return [
+            (
+                stage.name,
+                LLMConfig.model_validate(_merged(base, stage.model_dump(exclude={"name"}))),
+            )
+            for stage in self.stages
+        ]
 
     @field_validator("algorithm")
     @classmethod
     def _known_names(cls, alg: AlgorithmSection) -> AlgorithmSection:
-        from ascent.algos import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
-
-        for field, registry in (
-            ("advantage", ADVANTAGES),
-            ("policy_loss", POLICY_LOSSES),
-            ("loss_agg", AGGREGATIONS),
-            ("kl_estimator", KL_ESTIMATORS),
-        ):
-            name = getattr(alg, field)
-            if name not in registry:
-                raise ValueError(f"[algorithm] {field}: {registry.unknown_message(name)}")
+        llm_rules.known_names(alg)
         return alg
 
     @field_validator("rollout")
@@ -310,79 +386,30 @@ class LLMConfig(Section):
         return rollout
 
     @model_validator(mode="after")
-    def _task_reward_and_checkpoints(self) -> LLMConfig:
-        if self.data.task == "countdown" and "countdown" not in self.reward.functions:
-            raise ValueError(
-                "[reward] functions: the countdown task is scored by the countdown reward; "
-                'set functions = ["countdown"]'
-            )
-        t = self.train
-        if t.save_steps and t.eval_steps and t.save_steps % t.eval_steps:
-            fix = max(1, t.save_steps // t.eval_steps) * t.eval_steps
-            raise ValueError(
-                f"[train] save_steps: {t.save_steps} is not a multiple of eval_steps "
-                f"({t.eval_steps}), so some checkpoints would have no validation reward to "
-                f"rank them by; try save_steps = {fix}"
-            )
+    def _cross_section_rules(self) -> LLMConfig:
+        llm_rules.task_reward_and_checkpoints(self)
+        llm_rules.batch_arithmetic(self)
+        llm_rules.estimator_settings(self)
+        llm_rules.critic_settings(self)
+        llm_rules.sampling_settings(self)
+        llm_rules.loss_settings(self)
         return self
 
     @model_validator(mode="after")
-    def _batch_arithmetic(self) -> LLMConfig:
-        t, g = self.train, self.rollout.group_size
-        if self.train.batch_size % g:
-            groups = " or ".join(map(str, _divisors_near(t.batch_size, g)))
-            batches = " or ".join(map(str, _multiples_near(g, t.batch_size)))
-            raise ValueError(
-                f"[train] batch_size: group_size ({g}) must divide batch_size ({t.batch_size}); "
-                f"try group_size {groups}, or batch_size {batches}"
-            )
-        mini = t.mini_batch_size or t.batch_size
-        if t.batch_size % mini:
-            raise ValueError(
-                f"[train] mini_batch_size: {mini} must divide batch_size ({t.batch_size}); "
-                f"try {' or '.join(map(str, _divisors_near(t.batch_size, mini)))}"
-            )
-        if mini % t.micro_batch_size:
-            options = " or ".join(map(str, _divisors_near(mini, t.micro_batch_size)))
-            raise ValueError(
-                f"[train] micro_batch_size: {t.micro_batch_size} must divide the mini-batch "
-                f"({mini} completions); try {options}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _estimator_settings(self) -> LLMConfig:
-        from ascent.algos import ADVANTAGES
-
-        alg = self.algorithm
-        meta = ADVANTAGES.meta(alg.advantage)
-        if meta.get("needs_groups") and self.rollout.group_size < 2:
-            raise ValueError(
-                f"[rollout] group_size: advantage '{alg.advantage}' normalises within a group of "
-                "completions of one prompt, so group_size must be at least 2 (R1-Zero uses 8)"
-            )
-        used = meta.get("uses", frozenset())
-        for param in ("gamma", "lam", "lam_critic", "length_alpha", "std_eps"):
-            if alg.explicitly_set(param) and param not in used:
-                raise ValueError(
-                    f"[algorithm] {param}: advantage '{alg.advantage}' does not use it "
-                    f"(it reads: {', '.join(sorted(used)) or 'nothing'}); remove the key "
-                    "or choose an estimator that does"
+    def _stages_are_valid(self) -> LLMConfig:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError("[stages] name: two stages share a name; give each its own")
+        for i, stage in enumerate(self.stages, 1):
+            try:
+                LLMConfig.model_validate(
+                    _merged(self.model_dump(exclude={"stages"}), stage.model_dump(exclude={"name"}))
                 )
-        if meta.get("needs_values"):
-            raise ValueError(
-                f"[algorithm] advantage: '{alg.advantage}' needs a value model, which the LLM "
-                "trainer does not provide yet; use grpo or dr_grpo"
-            )
-        if alg.is_cap is not None:
-            raise ValueError(
-                "[algorithm] is_cap: the LLM trainer's rollouts are on-policy (sampled with the "
-                "weights being trained), so there is no older behaviour policy to correct "
-                "for; remove the key"
-            )
-        if alg.agg_norm_const is not None and alg.loss_agg != "seq_mean_token_sum_norm":
-            raise ValueError(
-                "[algorithm] agg_norm_const: only seq_mean_token_sum_norm uses it; remove the key "
-                'or set loss_agg = "seq_mean_token_sum_norm"'
-            )
+            except ValidationError as err:
+                first = err.errors(include_url=False)[0]
+                where = ".".join(str(p) for p in first["loc"])
+                msg = first["msg"].removeprefix("Value error, ")
+                raise ValueError(
+                    f"[stages] {stage.name}: stage {i}: {where + ': ' if where else ''}{msg}"
+                ) from None
         return self

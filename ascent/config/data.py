@@ -1,0 +1,140 @@
+"""`[data]`: the problems an LLM run trains and evaluates on (built-in tasks or data files)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ascent.config.base import Section
+
+BUILTIN_TRAIN_SIZE = 10000  # problems a built-in task generates when [data] train_size is unset
+
+
+class ArithmeticSection(Section):
+    """`[data.arithmetic]`: the built-in arithmetic task (`07+45=` -> `52`)."""
+
+    digits: int = Field(2, ge=1, le=6, description="Digits per operand (zero-padded).")
+    operators: list[Literal["+", "-", "*"]] = Field(
+        default_factory=lambda: ["+"], min_length=1, description="Operators drawn from."
+    )
+
+
+class CountdownSection(Section):
+    """`[data.countdown]`: the built-in Countdown task (`use 3 7 8 to make 31:`)."""
+
+    numbers: int = Field(
+        3, ge=2, le=6, description="Numbers per puzzle; each is used exactly once."
+    )
+    max_number: int = Field(25, ge=1, description="Largest number drawn.")
+    max_target: int = Field(100, ge=1, description="Largest target.")
+
+
+class ColumnsSection(Section):
+    """`[data.columns]`: which column of a data file holds each field of a problem."""
+
+    prompt: str = Field("prompt", description="Column with the question the policy is given.")
+    answer: str = Field("answer", description="Column with the gold answer.")
+    id: str | None = Field(
+        None, description="Column with a problem id; unset: the prompt text identifies a problem."
+    )
+    extra: list[str] = Field(
+        default_factory=list,
+        description="More columns passed to reward functions and the prompt template by name.",
+    )
+
+
+class DataSection(Section):
+    """`[data]`: the problems a run trains and evaluates on."""
+
+    task: str = Field("arithmetic", description="Built-in task: arithmetic or countdown.")
+    path: str | None = Field(
+        None,
+        description="Problems from a JSONL or Parquet file or a `datasets.save_to_disk` "
+        "directory instead of a built-in task.",
+    )
+    format: Literal["auto", "jsonl", "parquet", "datasets"] = Field(
+        "auto", description="Format of path and eval_path; auto: from the suffix / directory."
+    )
+    split: str = Field("train", description="Split to train on when path holds a DatasetDict.")
+    eval_path: str | None = Field(
+        None,
+        description="Validation problems from their own file or directory; unset: eval_size "
+        "problems held out of path.",
+    )
+    eval_split: str | None = Field(
+        None,
+        description="Validation split of a DatasetDict (in eval_path, else in path); unset: "
+        "hold problems out of the training split.",
+    )
+    columns: ColumnsSection = Field(
+        default_factory=ColumnsSection, description="Column mapping of data files."
+    )
+    train_size: int | None = Field(
+        None,
+        ge=1,
+        description=f"Training problems: a built-in task generates this many (unset: "
+        f"{BUILTIN_TRAIN_SIZE}); a data file keeps this many after shuffling (unset: all).",
+    )
+    eval_size: int = Field(200, ge=1, description="Held-out problems for evaluation.")
+    shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Seed of the training problems (a built-in task's draw, a file's shuffle); "
+        "unset: [run] seed.",
+    )
+    prompt_template: str = Field(
+        "{prompt}",
+        description="Format string for what the policy sees: {prompt} is the task's prompt; "
+        "the task's columns ({numbers}, {target}, [data.columns] extra) may also be used.",
+    )
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Send the rendered prompt as one user message through the tokenizer's chat "
+        "template: auto (when the tokenizer has one), on (required), off.",
+    )
+    arithmetic: ArithmeticSection = Field(
+        default_factory=ArithmeticSection, description="Arithmetic task settings."
+    )
+    countdown: CountdownSection = Field(
+        default_factory=CountdownSection, description="Countdown task settings."
+    )
+
+    @property
+    def builtin_train_size(self) -> int:
+        return self.train_size or BUILTIN_TRAIN_SIZE
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_has_prompt(cls, value: str) -> str:
+        if "{prompt}" not in value:
+            raise ValueError(
+                "[data] prompt_template must contain {prompt} (the task's question), "
+                'e.g. "Question: {prompt}\\nAnswer:"'
+            )
+        return value
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        from ascent.data.tasks import TASKS
+
+        if value not in TASKS:
+            raise ValueError(TASKS.unknown_message(value))
+        return value
+
+    @model_validator(mode="after")
+    def _file_settings_need_a_file(self) -> DataSection:
+        if self.path is None:
+            for key in ("eval_path", "eval_split", "format", "split", "columns"):
+                if self.explicitly_set(key):
+                    raise ValueError(
+                        f"[data] {key}: only data files use it; set [data] path, or remove the key"
+                    )
+        elif self.explicitly_set("task"):
+            raise ValueError(
+                f"[data] task: problems come from path ({self.path}), so the built-in task "
+                f"'{self.task}' would be ignored; remove one of the two keys"
+            )
+        return self

@@ -1,0 +1,233 @@
+"""Cross-section rules of an LLM config: combinations the trainer cannot honour.
+
+Each function raises `ValueError("[section] key: what is wrong; what to do")` (the loader turns
+it into one line naming the file) and returns nothing when the config is sound. They are
+`LLMConfig`'s validators, written out here to keep the section models short.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ascent.config.llm import AlgorithmSection, LLMConfig
+
+# Reward functions whose detail says whether an answer is correct (what history resampling,
+# positive replay and the positive-sample NLL select on).
+JUDGING_REWARDS = frozenset({"math", "countdown"})
+
+
+def _divisors_near(n: int, around: int) -> list[int]:
+    """Two divisors of n closest to `around`, for error messages that propose valid values."""
+    divs = [d for d in range(1, n + 1) if n % d == 0 and d > 1]
+    return sorted(sorted(divs, key=lambda d: (abs(d - around), d))[:2])
+
+
+def _multiples_near(step: int, around: int) -> list[int]:
+    lower = max(step, around // step * step)
+    return sorted({lower, lower + step})
+
+
+def _refuse_unused(section: object, label: str, keys: tuple[str, ...], why: str) -> None:
+    for key in keys:
+        if section.explicitly_set(key):  # type: ignore[attr-defined]
+            raise ValueError(f"[{label}] {key}: {why}; remove the key")
+
+
+def known_names(alg: AlgorithmSection) -> None:
+    from ascent.algos import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
+
+    for field, registry in (
+        ("advantage", ADVANTAGES),
+        ("policy_loss", POLICY_LOSSES),
+        ("loss_agg", AGGREGATIONS),
+        ("kl_estimator", KL_ESTIMATORS),
+    ):
+        name = getattr(alg, field)
+        if name not in registry:
+            raise ValueError(f"[algorithm] {field}: {registry.unknown_message(name)}")
+
+
+def task_reward_and_checkpoints(cfg: LLMConfig) -> None:
+    builtin_countdown = cfg.data.path is None and cfg.data.task == "countdown"
+    if builtin_countdown and "countdown" not in cfg.reward.functions:
+        raise ValueError(
+            "[reward] functions: the countdown task is scored by the countdown reward; "
+            'set functions = ["countdown"]'
+        )
+    t = cfg.train
+    if t.save_steps and t.eval_steps and t.save_steps % t.eval_steps:
+        fix = max(1, t.save_steps // t.eval_steps) * t.eval_steps
+        raise ValueError(
+            f"[train] save_steps: {t.save_steps} is not a multiple of eval_steps "
+            f"({t.eval_steps}), so some checkpoints would have no validation reward to "
+            f"rank them by; try save_steps = {fix}"
+        )
+
+
+def batch_arithmetic(cfg: LLMConfig) -> None:
+    t, g = cfg.train, cfg.rollout.group_size
+    if t.batch_size % g:
+        groups = " or ".join(map(str, _divisors_near(t.batch_size, g)))
+        batches = " or ".join(map(str, _multiples_near(g, t.batch_size)))
+        raise ValueError(
+            f"[train] batch_size: group_size ({g}) must divide batch_size ({t.batch_size}); "
+            f"try group_size {groups}, or batch_size {batches}"
+        )
+    mini = t.mini_batch_size or t.batch_size
+    if t.batch_size % mini:
+        raise ValueError(
+            f"[train] mini_batch_size: {mini} must divide batch_size ({t.batch_size}); "
+            f"try {' or '.join(map(str, _divisors_near(t.batch_size, mini)))}"
+        )
+    if mini % t.micro_batch_size:
+        options = " or ".join(map(str, _divisors_near(mini, t.micro_batch_size)))
+        raise ValueError(
+            f"[train] micro_batch_size: {t.micro_batch_size} must divide the mini-batch "
+            f"({mini} completions); try {options}"
+        )
+    ratio = cfg.sampling.replay_ratio
+    rows = t.batch_size * ratio
+    if ratio and (abs(rows - round(rows)) > 1e-9 or round(rows) % g or round(rows) == 0):
+        groups = t.batch_size // g
+        options = sorted(
+            {k * g / t.batch_size for k in range(1, groups)}, key=lambda r: abs(r - ratio)
+        )
+        raise ValueError(
+            f"[sampling] replay_ratio: {ratio} of batch_size {t.batch_size} is {rows:g} "
+            f"replayed completions; the fresh rest must be whole groups of {g}, so try "
+            f"replay_ratio = {' or '.join(f'{r:g}' for r in sorted(options[:2])) or '0'}"
+        )
+
+
+def estimator_settings(cfg: LLMConfig) -> None:
+    from ascent.algos import ADVANTAGES
+
+    alg = cfg.algorithm
+    meta = ADVANTAGES.meta(alg.advantage)
+    if meta.get("needs_groups") and cfg.rollout.group_size < 2:
+        raise ValueError(
+            f"[rollout] group_size: advantage '{alg.advantage}' normalises within a group of "
+            "completions of one prompt, so group_size must be at least 2 (R1-Zero uses 8)"
+        )
+    used = meta.get("uses", frozenset())
+    for param in ("gamma", "lam", "lam_critic", "length_alpha", "std_eps"):
+        if alg.explicitly_set(param) and param not in used:
+            raise ValueError(
+                f"[algorithm] {param}: advantage '{alg.advantage}' does not use it "
+                f"(it reads: {', '.join(sorted(used)) or 'nothing'}); remove the key "
+                "or choose an estimator that does"
+            )
+    # Off-policy rows exist only with positive replay (replayed completions come from older
+    # policies); everything else the trainer samples with the weights it updates.
+    if alg.is_cap is not None and not cfg.sampling.replay_ratio:
+        raise ValueError(
+            "[algorithm] is_cap: the LLM trainer's rollouts are on-policy (sampled with the "
+            "weights being trained), so there is no older behaviour policy to correct "
+            "for; remove the key (it applies with [sampling] replay_ratio > 0)"
+        )
+
+
+def critic_settings(cfg: LLMConfig) -> None:
+    from ascent.algos import ADVANTAGES
+
+    c, adv = cfg.critic, cfg.algorithm.advantage
+    if not ADVANTAGES.meta(adv).get("needs_values"):
+        _refuse_unused(
+            c,
+            "critic",
+            tuple(type(c).model_fields),
+            f"advantage '{adv}' uses no critic (gae and length_adaptive_gae do)",
+        )
+        return
+    if c.architecture == "separate":
+        _refuse_unused(
+            c,
+            "critic",
+            ("value_coef",),
+            "a separate critic has its own loss and "
+            "optimiser, so nothing weighs its value loss against the policy's",
+        )
+    else:
+        _refuse_unused(
+            c,
+            "critic",
+            ("name_or_path",),
+            "a value head sits on the policy's own "
+            "backbone and loads no weights of its own (architecture = 'separate' does)",
+        )
+    if c.value_warmup_steps >= cfg.train.total_steps:
+        raise ValueError(
+            f"[critic] value_warmup_steps: {c.value_warmup_steps} warm-up steps leave none of "
+            f"the {cfg.train.total_steps} total_steps to train the policy; lower it or raise "
+            "[train] total_steps"
+        )
+
+
+def _judging(cfg: LLMConfig) -> bool:
+    return bool(JUDGING_REWARDS & set(cfg.reward.functions))
+
+
+def sampling_settings(cfg: LLMConfig) -> None:
+    from ascent.algos import ADVANTAGES
+
+    s = cfg.sampling
+    if not s.dynamic:
+        _refuse_unused(s, "sampling", ("max_rounds",), "only dynamic sampling uses it")
+    elif cfg.rollout.group_size < 2:
+        raise ValueError(
+            "[sampling] dynamic: it drops groups whose completions all got the same reward, "
+            "so it needs [rollout] group_size >= 2"
+        )
+    if not s.replay_ratio:
+        _refuse_unused(
+            s, "sampling", ("replay_buffer_size", "replay_max_staleness"), "replay_ratio is 0"
+        )
+    for key, on in (("history_resampling", s.history_resampling), ("replay_ratio", s.replay_ratio)):
+        if on and not _judging(cfg):
+            raise ValueError(
+                f"[sampling] {key}: it selects completions by correctness, which only the "
+                f"{' and '.join(sorted(JUDGING_REWARDS))} rewards report; add one to [reward] "
+                "functions or remove the key"
+            )
+    if s.replay_ratio:
+        if ADVANTAGES.meta(cfg.algorithm.advantage).get("needs_groups"):
+            raise ValueError(
+                f"[sampling] replay_ratio: advantage '{cfg.algorithm.advantage}' compares "
+                "completions of one prompt, and a replayed completion has no group; use a "
+                "value-based advantage (gae, length_adaptive_gae) or remove the key"
+            )
+        if cfg.algorithm.is_cap is None:
+            raise ValueError(
+                "[sampling] replay_ratio: replayed completions come from older policies; set "
+                "[algorithm] is_cap (e.g. 2.0) to truncate their importance weights"
+            )
+
+
+def loss_settings(cfg: LLMConfig) -> None:
+    alg = cfg.algorithm
+    if alg.agg_norm_const is not None and alg.loss_agg != "seq_mean_token_sum_norm":
+        raise ValueError(
+            "[algorithm] agg_norm_const: only seq_mean_token_sum_norm uses it; remove the key "
+            'or set loss_agg = "seq_mean_token_sum_norm"'
+        )
+    if alg.nll_coef and not _judging(cfg):
+        raise ValueError(
+            "[algorithm] nll_coef: the NLL term trains on correct completions, which only the "
+            f"{' and '.join(sorted(JUDGING_REWARDS))} rewards report; add one to [reward] "
+            "functions or remove the key"
+        )
+    if alg.overlong != "penalty":
+        _refuse_unused(
+            alg,
+            "algorithm",
+            ("overlong_buffer", "overlong_penalty"),
+            'only overlong = "penalty" uses it',
+        )
+        return
+    top = cfg.rollout.max_new_tokens
+    if alg.overlong_buffer is None or alg.overlong_buffer > top:
+        raise ValueError(
+            f"[algorithm] overlong_buffer: the penalty needs a buffer of 1 to max_new_tokens "
+            f"({top}) tokens; try overlong_buffer = {max(1, top // 5)}"
+        )
