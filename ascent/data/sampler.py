@@ -1,13 +1,15 @@
 """Which problems each step trains on, reproducibly and resumably.
 
-Problems are visited in a seeded permutation per epoch; the whole state is (epoch, position),
-so a checkpoint stores two integers and a resumed run draws exactly the problems the
-uninterrupted run would have drawn.
+Problems are visited in a seeded permutation per epoch; the state is (epoch, position, pool),
+so a resumed run draws exactly the problems the uninterrupted run would have drawn. The pool
+is the set of problem indices an epoch visits: all of them, unless history resampling has
+dropped some (`start_epoch`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from ascent.data.problems import Problem
 class DrawnPrompt:
     uid: int  # position in the run's stream of prompts: unique, so it can serve as a group id
     problem: Problem
+    index: int = -1  # the problem's index in the sampler's problem list
 
 
 class PromptSampler:
@@ -27,30 +30,61 @@ class PromptSampler:
         self._problems = problems
         self._seed = seed
         self._shuffle = shuffle
+        self._pool = np.arange(len(problems))
         self.epoch = 0
         self.position = 0
+        self._uid_base = 0  # uids handed out before this epoch
         self._order = self._permutation(0)
+
+    @property
+    def pool(self) -> list[int]:
+        """Indices of the problems this epoch visits."""
+        return self._pool.tolist()
 
     def _permutation(self, epoch: int) -> np.ndarray:
         if not self._shuffle:
-            return np.arange(len(self._problems))
-        return np.random.default_rng([self._seed, epoch]).permutation(len(self._problems))
+            return self._pool
+        return self._pool[np.random.default_rng([self._seed, epoch]).permutation(len(self._pool))]
+
+    def remaining(self) -> int:
+        """Problems of this epoch not drawn yet."""
+        return len(self._order) - self.position
+
+    def start_epoch(self, pool: list[int] | None = None) -> None:
+        """Begin the next epoch now, over `pool` (problem indices; None: the same pool)."""
+        self._uid_base += self.position
+        if pool is not None:
+            if not pool:
+                raise ValueError("an epoch needs at least one problem")
+            self._pool = np.asarray(sorted(pool), dtype=np.int64)
+        self.epoch, self.position = self.epoch + 1, 0
+        self._order = self._permutation(self.epoch)
 
     def draw(self, n: int) -> list[DrawnPrompt]:
         """The next `n` prompts; an epoch boundary inside the draw starts a new permutation."""
         drawn = []
         for _ in range(n):
-            if self.position == len(self._problems):
-                self.epoch, self.position = self.epoch + 1, 0
-                self._order = self._permutation(self.epoch)
-            uid = self.epoch * len(self._problems) + self.position
-            drawn.append(DrawnPrompt(uid, self._problems[int(self._order[self.position])]))
+            if self.position == len(self._order):
+                self.start_epoch()
+            index = int(self._order[self.position])
+            uid = self._uid_base + self.position
+            drawn.append(DrawnPrompt(uid, self._problems[index], index))
             self.position += 1
         return drawn
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "uid_base": self._uid_base,
+            "pool": self.pool,
+        }
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        if "pool" in state:
+            self._pool = np.asarray(state["pool"], dtype=np.int64)
+            self._uid_base = int(state["uid_base"])
+        else:  # checkpoints from before pools: every epoch was the full list
+            self._uid_base = self.epoch * len(self._problems)
         self._order = self._permutation(self.epoch)

@@ -1,15 +1,17 @@
-"""Built-in tasks by name: `[data] task = "arithmetic"` -> training and held-out problems."""
+"""Training and held-out problems from `[data]`: a built-in task by name, or a data file."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ascent.config.llm import DataSection
+from ascent.config.data import DataSection
 from ascent.data.arithmetic import sample_arithmetic
 from ascent.data.countdown import sample_countdown
+from ascent.data.files import load_problems
 from ascent.data.problems import Problem, render_prompt
-from ascent.errors import ConfigError
+from ascent.errors import AscentError, ConfigError
 from ascent.registry import Registry
 
 EVAL_SEED = 1234  # the held-out set is the same for every run, whatever its seed
@@ -35,13 +37,52 @@ class TaskData:
     eval: list[Problem]  # distinct held-out problems, disjoint from any training set
 
 
-def load_task(cfg: DataSection, seed: int) -> TaskData:
-    """The training split drawn with the run's seed and the fixed held-out split."""
+def _shuffled(problems: list[Problem], seed: int) -> list[Problem]:
+    out = list(problems)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def _from_builtin(cfg: DataSection, seed: int) -> TaskData:
     sample = TASKS.get(cfg.task)
+    train = sample(cfg, cfg.builtin_train_size, held_out=False, seed=seed, distinct=False)
+    held_out = sample(cfg, cfg.eval_size, held_out=True, seed=EVAL_SEED, distinct=True)
+    return TaskData(train=train, eval=held_out)
+
+
+def _from_files(cfg: DataSection, seed: int) -> TaskData:
+    """The file's rows in a seeded order; the held-out set is drawn with EVAL_SEED, so it
+    does not move with the run's seed, and no training problem shares its key."""
+    rows = load_problems(cfg.path, cfg.format, cfg.split, cfg.columns)
+    if cfg.eval_path is not None or cfg.eval_split is not None:
+        source = cfg.eval_path or cfg.path
+        held = load_problems(source, cfg.format, cfg.eval_split or cfg.split, cfg.columns)
+        held = _shuffled(held, EVAL_SEED)[: cfg.eval_size]
+        train = rows
+    else:
+        if len(rows) <= cfg.eval_size:
+            raise ValueError(
+                f"{cfg.path} has {len(rows)} problems, and holding out eval_size = "
+                f"{cfg.eval_size} leaves none to train on; lower eval_size or set eval_path"
+            )
+        order = _shuffled(rows, EVAL_SEED)
+        held, train = order[: cfg.eval_size], order[cfg.eval_size :]
+    held_keys = {p.key for p in held}
+    train = [p for p in _shuffled(train, seed) if p.key not in held_keys]
+    if not train:
+        raise ValueError(f"every training problem of {cfg.path} is also a validation problem")
+    return TaskData(train=train[: cfg.train_size or len(train)], eval=held)
+
+
+def load_task(cfg: DataSection, seed: int) -> TaskData:
+    """The training split (drawn or shuffled with `[data] seed`, else the run's seed) and the
+    held-out split, which is the same for every seed."""
+    data_seed = seed if cfg.seed is None else cfg.seed
     try:
-        train = sample(cfg, cfg.train_size, held_out=False, seed=seed, distinct=False)
-        held_out = sample(cfg, cfg.eval_size, held_out=True, seed=EVAL_SEED, distinct=True)
-        render_prompt(cfg.prompt_template, held_out[0])  # a bad template fails here, not mid-run
+        task = _from_builtin(cfg, data_seed) if cfg.path is None else _from_files(cfg, data_seed)
+        render_prompt(cfg.prompt_template, task.eval[0])  # a bad template fails here, not mid-run
     except ValueError as err:
         raise ConfigError(f"[data] {err}") from None
-    return TaskData(train=train, eval=held_out)
+    except AscentError as err:
+        raise ConfigError(f"[data] {err}") from None
+    return task
