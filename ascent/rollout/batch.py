@@ -73,5 +73,31 @@ class RolloutBatch:
             }
         )
 
+    @classmethod
+    def concat(cls, batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
+        """The rows of `batches` in order, prompts re-left-padded and responses re-right-padded
+        (with `pad_id`, masks 0) to the widest of them."""
+        if len(batches) == 1:
+            return batches[0]
+        p = max(b.prompt_ids.shape[1] for b in batches)
+        r = max(b.response_ids.shape[1] for b in batches)
+
+        def pad(x: Tensor, width: int, value: float, left: bool) -> Tensor:
+            extra = width - x.shape[1]
+            if not extra:
+                return x
+            fill = torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device)
+            return torch.cat([fill, x] if left else [x, fill], dim=1)
+
+        return cls(
+            prompt_ids=torch.cat([pad(b.prompt_ids, p, pad_id, True) for b in batches]),
+            prompt_mask=torch.cat([pad(b.prompt_mask, p, 0, True) for b in batches]),
+            response_ids=torch.cat([pad(b.response_ids, r, pad_id, False) for b in batches]),
+            response_mask=torch.cat([pad(b.response_mask, r, 0, False) for b in batches]),
+            logprobs=torch.cat([pad(b.logprobs, r, 0, False) for b in batches]),
+            group_ids=torch.cat([b.group_ids for b in batches]),
+            finished=torch.cat([b.finished for b in batches]),
+        )
+
     def to(self, device: torch.device) -> RolloutBatch:
         return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
