@@ -1,4 +1,5 @@
-"""Teacher-forced log-probabilities of responses: the forward pass the trainer differentiates.
+"""Teacher-forced log-probabilities (and critic values) of responses: the forward passes the
+trainer differentiates.
 
 The completions of one prompt share its tokens, so the prompt is run once per distinct prompt
 and its key/value cache is gathered out to every row that continues it; only the response
@@ -56,6 +57,22 @@ def _full_logits(model: nn.Module, batch: RolloutBatch) -> Tensor:
     return out.logits[:, p - 1 : -1]
 
 
+def _response_outputs(model: nn.Module, batch: RolloutBatch) -> Tensor:
+    """The model's output (logits, or values of a `ValueModel`) at each response position."""
+    out = _shared_prefix_logits(model, batch)
+    return _full_logits(model, batch) if out is None else out
+
+
+def response_values(critic: nn.Module, batch: RolloutBatch) -> Tensor:
+    """V(s_t) at every response position: the value of the state whose next token is
+    response token t (prompt + response[:t]), from a `ValueModel`.
+
+    Returns:
+        (B, R) float32; padding positions hold values that the masks exclude.
+    """
+    return _response_outputs(critic, batch).squeeze(-1).float()
+
+
 def response_logprobs(
     model: nn.Module, batch: RolloutBatch, temperature: float = 1.0, *, with_entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
@@ -72,10 +89,7 @@ def response_logprobs(
         logprobs (B, R) float32, and entropy (B, R) float32 or None; padding positions hold
         values that the masks exclude.
     """
-    logits = _shared_prefix_logits(model, batch)
-    if logits is None:
-        logits = _full_logits(model, batch)
-    logits = logits / temperature
+    logits = _response_outputs(model, batch) / temperature
     logp = logprobs_from_logits(logits, batch.response_ids)
     entropy = entropy_from_logits(logits) if with_entropy else None
     return logp, entropy

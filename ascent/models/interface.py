@@ -21,7 +21,7 @@ def _cache_kwarg(model_cls: type) -> str:
 
 
 def base_model(model: nn.Module) -> nn.Module:
-    """The transformers model under an optional peft wrapper."""
+    """The transformers model under an optional wrapper (peft, or ascent's `ValueModel`)."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 

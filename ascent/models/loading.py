@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.config.llm import LoraSection, ModelSection
+from ascent.config.llm import CriticSection, LoraSection, ModelSection
 from ascent.errors import AscentError, UnknownNameError, did_you_mean
 from ascent.models.tiny import BUILTIN_MODELS, BUILTIN_PREFIX
+from ascent.models.value import ValueModel, separate_critic, value_head
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -105,6 +107,20 @@ def load_reference(cfg: ModelSection, device: torch.device) -> PreTrainedModel:
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def load_critic(
+    cfg: CriticSection, model_cfg: ModelSection, policy: nn.Module, device: torch.device
+) -> ValueModel:
+    """The value model `[critic]` asks for: a head on `policy`'s trunk, or a separate critic
+    loaded from `[critic] name_or_path` (unset: the policy's initial weights)."""
+    if cfg.architecture == "head":
+        return value_head(policy)
+    source = resolve_model_path(cfg.name_or_path or model_cfg.name_or_path)
+    critic = separate_critic(_from_pretrained(source, model_cfg, device))
+    if model_cfg.gradient_checkpointing:
+        critic.trunk.gradient_checkpointing_enable()
+    return critic
 
 
 def _add_lora(model: PreTrainedModel, lora: LoraSection) -> PreTrainedModel:
