@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.data import Problem, render_prompt, reward_columns
+from ascent.data import Problem, PromptFormatter, reward_columns
 from ascent.rewards import CompositeReward
 from ascent.rollout import RolloutEngine, SamplingParams
 from ascent.train.llm_setup import LLMRun
@@ -48,14 +48,17 @@ def evaluate(
     problems: list[Problem],
     max_new_tokens: int,
     template: str = "{prompt}",
+    formatter: PromptFormatter | None = None,
 ) -> EvalResult:
-    """Greedy-decode every problem once (its prompt in `template`) and score it."""
+    """Greedy-decode every problem once and score it; the policy sees each prompt as
+    `formatter` makes it (default: `template` filled in, no chat template)."""
+    formatter = formatter or PromptFormatter(template, tokenizer, chat=False)
     params = SamplingParams(max_new_tokens, greedy=True)
-    prompts = [render_prompt(template, p) for p in problems]
+    prompts = [formatter.rendered(p) for p in problems]
     completions: list[str] = []
     for start in range(0, len(problems), EVAL_CHUNK):
-        chunk = prompts[start : start + EVAL_CHUNK]
-        ids = tokenizer(chunk, add_special_tokens=True)["input_ids"]
+        chunk = problems[start : start + EVAL_CHUNK]
+        ids = formatter.encode(chunk)
         batch = engine.generate(ids, list(range(len(chunk))), 1, params)
         completions += tokenizer.batch_decode(batch.response_ids, skip_special_tokens=True)
     out = reward(prompts, completions, **reward_columns(problems))
@@ -79,5 +82,5 @@ def eval_policy(run: LLMRun) -> EvalResult:
         run.reward,
         run.task.eval,
         cfg.rollout.max_new_tokens,
-        cfg.data.prompt_template,
+        formatter=run.formatter,
     )

@@ -7,6 +7,9 @@
         checkpoint every save_steps (the best one kept by validation reward)
     after = evaluate(held-out); summary.json
 
+A config with `[[stages]]` runs each stage this way in turn, the next starting from the
+previous stage's final weights (llm_stages.py).
+
 Ctrl-C finishes the current step, saves a checkpoint and exits; a second Ctrl-C aborts at
 once. `ascent train CONFIG --resume RUN_DIR` restores weights, optimiser, schedule, RNG
 streams and data position, and continues as if never stopped.
@@ -27,8 +30,10 @@ from typing import Any
 from transformers.utils import logging as hf_logging
 
 from ascent.config.llm import LLMConfig
+from ascent.data import ResampleReport
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
+from ascent.train.agentic_step import AgenticTrainer, agentic_session
 from ascent.train.checkpoint import (
     capture_rng_state,
     load_checkpoint,
@@ -81,6 +86,12 @@ def stop_requests() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _optional_parts(run: LLMRun) -> dict[str, Any]:
+    """The recipe's stateful extras present in this run: critic, reward history, replay."""
+    parts = {"critic": run.critic, "history": run.history, "replay": run.replay}
+    return {name: part for name, part in parts.items() if part is not None}
+
+
 def _state(run: LLMRun, progress: Progress) -> dict[str, Any]:
     return {
         "progress": vars(progress).copy(),
@@ -90,6 +101,7 @@ def _state(run: LLMRun, progress: Progress) -> dict[str, Any]:
         "rng": capture_rng_state(),
         "generator": run.generator.get_state(),
         "sampler": run.sampler.state_dict(),
+        **{name: part.state_dict() for name, part in _optional_parts(run).items()},
     }
 
 
@@ -101,6 +113,8 @@ def _restore(run: LLMRun, path: Path) -> Progress:
     restore_rng_state(state["rng"])
     run.generator.set_state(state["generator"])
     run.sampler.load_state_dict(state["sampler"])
+    for name, part in _optional_parts(run).items():
+        part.load_state_dict(state[name])
     return Progress(**state["progress"])
 
 
@@ -158,13 +172,17 @@ def _loop(
     bar: TrainProgress,
     stop: dict[str, bool],
     clock: _Clock,
+    agentic: AgenticTrainer | None = None,
 ) -> int:
     """Train until total_steps or a stop request; return the step last checkpointed."""
     t, every = run.cfg.train, run.cfg.logging
     saved = -1
     while progress.step < t.total_steps and not stop["stop"]:
         progress.step += 1
-        metrics, scored = rl_step(run, progress.step)
+        metrics, scored = (rl_step if agentic is None else agentic.step)(run, progress.step)
+        report = ResampleReport.from_metrics(metrics)
+        if report is not None:  # history resampling ended an epoch in this step
+            bar.print(report.line())
         last = progress.step == t.total_steps
         if (t.eval_steps and progress.step % t.eval_steps == 0) or last:
             metrics.update(_evaluate(run, run_dir, progress, f"step-{progress.step:06d}").metrics())
@@ -188,6 +206,10 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
     eval_reward_before/after, steps, wall_s (all sessions of the run), the final metrics
     and the run's paths.
     """
+    if cfg.stages:
+        from ascent.train.llm_stages import train_stages
+
+        return train_stages(cfg, run_dir)
     hf_logging.disable_progress_bar()
     run = build_run(cfg, resolve_device(cfg.run.device))
     resuming = run_dir.resume_from is not None
@@ -201,11 +223,12 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
     bar = TrainProgress(
         cfg.train.total_steps, PROGRESS_FIELDS, enabled=cfg.logging.progress, start=progress.step
     )
-    with run.reward, log, stop_requests() as stop, bar:
+    agentic = agentic_session(run, run_dir, bar.print)  # [agentic]: episodes, not completions
+    with run.reward, log, stop_requests() as stop, bar, agentic as agentic_trainer:
         if not progress.before:
             progress.before = _evaluate(run, run_dir, progress, "before").metrics()
         bar.print(_accuracy_line("before", progress.before, n_eval, {}))
-        saved = _loop(run, run_dir, progress, log, bar, stop, clock)
+        saved = _loop(run, run_dir, progress, log, bar, stop, clock, agentic_trainer)
         if stop["stop"] and saved != progress.step:
             clock.tick()
             _save(run, run_dir, progress)

@@ -2,7 +2,9 @@
 
 The algorithm's named parts are looked up here, once, from `[algorithm]` (advantage
 estimator, policy loss, loss aggregation, KL estimator); the loop only calls what it is
-given, so no caller ever branches on a recipe's name.
+given, so no caller ever branches on a recipe's name. The optional parts of a recipe are
+objects that exist or not: a critic (value-based estimators), a reward history (SRPO
+history resampling), a positive-replay buffer (VAPO-style replay).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -31,10 +34,22 @@ from ascent.algos.aggregation import Aggregation
 from ascent.algos.kl import KLEstimator
 from ascent.algos.policy_loss import PolicyLoss
 from ascent.config.llm import LLMConfig, OptimSection
-from ascent.data import Problem, PromptSampler, TaskData, load_task, render_prompt
+from ascent.data import (
+    Problem,
+    PromptFormatter,
+    PromptSampler,
+    RewardHistory,
+    TaskData,
+    load_task,
+    uses_chat_template,
+)
 from ascent.models import load_policy, load_reference, load_tokenizer
 from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from ascent.train.llm_critic import Critic
+    from ascent.train.llm_replay import PositiveReplay
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,9 @@ class AlgorithmParts:
     # the update may skip it: same loss, less compute.
     skip_zero_advantage: bool
     needs_groups: bool  # the estimator compares completions of one prompt (GRPO)
+    needs_values: bool  # the estimator reads critic values (GAE): the run has a critic
+    normalize_advantages: bool  # whiten advantages over the batch's policy tokens
+    nll_coef: float  # weight of the NLL of correct completions (VAPO); 0: off
 
 
 def vanishes_at_zero_advantage(policy_loss: PolicyLoss, params: PolicyLossParams) -> bool:
@@ -74,7 +92,13 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
     alg = cfg.algorithm
     policy_loss = POLICY_LOSSES.get(alg.policy_loss)
     loss_params = PolicyLossParams(alg.clip_low, alg.clip_high, alg.dual_clip, alg.is_cap)
-    extra_terms = (alg.kl_coef > 0 and alg.kl_mode == "loss") or alg.entropy_coef > 0
+    needs_values = bool(ADVANTAGES.meta(alg.advantage).get("needs_values"))
+    extra_terms = (
+        (alg.kl_coef > 0 and alg.kl_mode == "loss")
+        or alg.entropy_coef > 0
+        or alg.nll_coef > 0
+        or needs_values  # the value loss is trained on every row
+    )
     return AlgorithmParts(
         advantage=ADVANTAGES.get(alg.advantage),
         advantage_params=AdvantageParams(
@@ -94,6 +118,9 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
         entropy_coef=alg.entropy_coef,
         temperature=cfg.rollout.temperature,
         needs_groups=bool(ADVANTAGES.meta(alg.advantage).get("needs_groups")),
+        needs_values=needs_values,
+        normalize_advantages=alg.normalize_advantages,
+        nll_coef=alg.nll_coef,
         skip_zero_advantage=not extra_terms
         and vanishes_at_zero_advantage(policy_loss, loss_params),
     )
@@ -117,22 +144,33 @@ class LLMRun:
     generator: torch.Generator  # the sampling stream (its state is checkpointed)
     parts: AlgorithmParts
     sampling: SamplingParams
+    formatter: PromptFormatter  # problem -> the text and token ids the policy sees
+    critic: Critic | None = None  # value-based estimators only
+    history: RewardHistory | None = None  # [sampling] history_resampling only
+    replay: PositiveReplay | None = None  # [sampling] replay_ratio > 0 only
 
     @property
     def prompts_per_step(self) -> int:
-        return self.cfg.train.batch_size // self.cfg.rollout.group_size
+        """Fresh prompts per step: the batch less its replayed rows, in groups."""
+        return (self.cfg.train.batch_size - self.cfg.replay_rows) // self.cfg.rollout.group_size
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, add_special_tokens=True)["input_ids"]
 
     def prompt_text(self, problem: Problem) -> str:
-        return render_prompt(self.cfg.data.prompt_template, problem)
+        """The template filled in (chat wrapping, when on, is added by `formatter.encode`)."""
+        return self.formatter.rendered(problem)
 
 
 def updates_per_step(cfg: LLMConfig) -> int:
     """Optimiser steps per RL step: ppo_epochs passes over batch_size / mini_batch_size."""
     t = cfg.train
     return t.ppo_epochs * (t.batch_size // (t.mini_batch_size or t.batch_size))
+
+
+def policy_updates(cfg: LLMConfig) -> int:
+    """Optimiser steps of the policy over the run (critic warm-up steps do not step it)."""
+    return (cfg.train.total_steps - cfg.critic.value_warmup_steps) * updates_per_step(cfg)
 
 
 def lr_lambda(optim: OptimSection, total: int):
@@ -170,6 +208,27 @@ def make_engine(cfg: LLMConfig, policy: nn.Module, tokenizer: PreTrainedTokenize
     return ENGINES.get(cfg.rollout.engine)(policy, pad_id=tokenizer.pad_token_id, eos_ids=eos)
 
 
+def _optional_parts(
+    cfg: LLMConfig, policy: nn.Module, tokenizer: PreTrainedTokenizerBase, device: torch.device
+) -> dict[str, object]:
+    """The critic, reward history and replay buffer the recipe asks for (absent: None)."""
+    from ascent.train.llm_critic import build_critic
+    from ascent.train.llm_replay import PositiveReplay
+
+    s = cfg.sampling
+    critic = None
+    if ADVANTAGES.meta(cfg.algorithm.advantage).get("needs_values"):
+        total = cfg.train.total_steps * updates_per_step(cfg)
+        critic = build_critic(cfg, policy, device, total, lambda n: lr_lambda(cfg.optim, n))
+    replay = None
+    if s.replay_ratio:
+        replay = PositiveReplay(
+            s.replay_buffer_size, s.replay_max_staleness, cfg.run.seed, tokenizer.pad_token_id
+        )
+    history = RewardHistory() if s.history_resampling else None
+    return {"critic": critic, "replay": replay, "history": history}
+
+
 def build_run(cfg: LLMConfig, device: torch.device) -> LLMRun:
     """Load models and data, and build the engine, reward, optimiser and schedule."""
     tokenizer = load_tokenizer(cfg.model)
@@ -178,9 +237,8 @@ def build_run(cfg: LLMConfig, device: torch.device) -> LLMRun:
     reference = load_reference(cfg.model, device) if parts.kl is not None else None
     task = load_task(cfg.data, cfg.run.seed)
     sampler = PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
-    optimizer, scheduler = make_optimizer(
-        policy, cfg, cfg.train.total_steps * updates_per_step(cfg)
-    )
+    optimizer, scheduler = make_optimizer(policy, cfg, policy_updates(cfg))
+    chat = uses_chat_template(cfg.data.chat_template, tokenizer)
     return LLMRun(
         cfg=cfg,
         device=device,
@@ -196,4 +254,6 @@ def build_run(cfg: LLMConfig, device: torch.device) -> LLMRun:
         generator=torch.Generator(device=device).manual_seed(cfg.run.seed),
         parts=parts,
         sampling=SamplingParams.from_config(cfg.rollout),
+        formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
+        **_optional_parts(cfg, policy, tokenizer, device),
     )

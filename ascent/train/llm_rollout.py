@@ -1,0 +1,169 @@
+"""Prompts -> rollouts -> rewards: the scored batch a step learns from, and its metrics.
+
+Metric names follow TRL where TRL has one (reward, reward_std, frac_reward_zero_std,
+completions/mean_length, ...), so a TRL user reads them as before:
+
+    reward                     mean total reward of the batch
+    reward/<name>              mean of each reward function (rows where it applies)
+    reward_std                 mean over groups of the within-group reward std
+    frac_reward_zero_std       fraction of groups whose rewards are all equal (no signal)
+    completions/mean_length    mean response length in tokens (also min, max)
+    completions/clipped_ratio  fraction of responses cut by max_new_tokens
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ascent.data import DrawnPrompt, Problem, reward_columns
+from ascent.rewards import RewardOutput
+from ascent.rollout import RolloutBatch
+from ascent.train.evaluate import is_correct
+from ascent.train.llm_setup import LLMRun
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A rollout batch with its text and rewards."""
+
+    rollout: RolloutBatch
+    problems: list[Problem]  # one per row, found through the row's group id
+    completions: list[str]
+    rewards: RewardOutput  # total[i] is None when no reward function applies to row i
+    # Rows replayed from the positive-replay buffer (sampled by an older policy); empty: none.
+    replayed: tuple[bool, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+    @property
+    def correct(self) -> list[bool]:
+        """Per row: every reward that judges correctness says correct (False when none does)."""
+        return [bool(is_correct(d)) for d in self.rewards.details]
+
+    def subset(self, rows: list[int]) -> Scored:
+        r = self.rewards
+        return Scored(
+            self.rollout.select(
+                torch.as_tensor(rows, dtype=torch.long, device=self.rollout.group_ids.device)
+            ),
+            [self.problems[i] for i in rows],
+            [self.completions[i] for i in rows],
+            RewardOutput(
+                [r.total[i] for i in rows],
+                {name: [values[i] for i in rows] for name, values in r.components.items()},
+                [r.details[i] for i in rows],
+            ),
+            tuple(self.replayed[i] for i in rows) if self.replayed else (),
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Scored], pad_id: int) -> Scored:
+        """The rows of `parts` in order (reward components missing from a part are None)."""
+        parts = [p for p in parts if len(p)] or parts[:1]
+        if len(parts) == 1:
+            return parts[0]
+        names = sorted({n for p in parts for n in p.rewards.components})
+        replayed = [flag for p in parts for flag in (p.replayed or (False,) * len(p))]
+        return cls(
+            RolloutBatch.concat([p.rollout for p in parts], pad_id),
+            [x for p in parts for x in p.problems],
+            [x for p in parts for x in p.completions],
+            RewardOutput(
+                [x for p in parts for x in p.rewards.total],
+                {
+                    n: [x for p in parts for x in p.rewards.components.get(n, [None] * len(p))]
+                    for n in names
+                },
+                [x for p in parts for x in p.rewards.details],
+            ),
+            tuple(replayed) if any(replayed) else (),
+        )
+
+
+def collect(
+    run: LLMRun, drawn: list[DrawnPrompt] | None = None
+) -> tuple[RolloutBatch, list[Problem]]:
+    """Sample group_size completions for each drawn prompt (None: the step's next prompts)."""
+    if drawn is None:
+        drawn = run.sampler.draw(run.prompts_per_step)
+    prompts = run.formatter.encode([d.problem for d in drawn])
+    rollout = run.engine.generate(
+        prompts, [d.uid for d in drawn], run.cfg.rollout.group_size, run.sampling, run.generator
+    )
+    by_uid = {d.uid: d.problem for d in drawn}
+    return rollout, [by_uid[g] for g in rollout.group_ids.tolist()]
+
+
+def score(run: LLMRun, rollout: RolloutBatch, problems: list[Problem]) -> Scored:
+    completions = run.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
+    prompts = [run.formatter.rendered(p) for p in problems]
+    rewards = run.reward(prompts, completions, **reward_columns(problems))
+    return Scored(rollout, problems, completions, rewards)
+
+
+def group_rewards(scored: Scored) -> dict[int, list[float]]:
+    """Group id -> the rewards of its rows that have one."""
+    groups: dict[int, list[float]] = {}
+    for g, total in zip(scored.rollout.group_ids.tolist(), scored.rewards.total, strict=True):
+        if total is not None:
+            groups.setdefault(int(g), []).append(total)
+    return groups
+
+
+def trainable(scored: Scored, needs_groups: bool) -> Scored:
+    """The rows that can be learned from: those with a reward (a row no reward function
+    applies to is left out, not trained on as 0) and, for group-normalised estimators, whose
+    group still has another row to compare with."""
+    rows = [i for i, total in enumerate(scored.rewards.total) if total is not None]
+    if needs_groups:
+        ids = [int(g) for g in scored.rollout.group_ids[rows].tolist()] if rows else []
+        rows = [i for i, g in zip(rows, ids, strict=True) if ids.count(g) >= 2]
+    return scored if len(rows) == len(scored.completions) else scored.subset(rows)
+
+
+def reward_metrics(scored: Scored) -> dict[str, float]:
+    """Reward and length statistics of the whole batch (rows without a reward excluded)."""
+    rollout = scored.rollout
+    lengths = rollout.response_lengths.float()
+    metrics = {
+        "completions/mean_length": float(lengths.mean()),
+        "completions/min_length": float(lengths.min()),
+        "completions/max_length": float(lengths.max()),
+        "completions/clipped_ratio": float((~rollout.finished).float().mean()),
+        "frac_unscored": sum(t is None for t in scored.rewards.total) / len(lengths),
+    }
+    groups = group_rewards(scored)
+    if groups:
+        values = [v for vs in groups.values() for v in vs]
+        stds = [torch.tensor(vs, dtype=torch.float64).std().item() for vs in groups.values()]
+        stds = [0.0 if v != v else v for v in stds]  # a group of one has no spread
+        metrics["reward"] = sum(values) / len(values)
+        metrics["reward_std"] = sum(stds) / len(stds)
+        metrics["frac_reward_zero_std"] = sum(v < 1e-8 for v in stds) / len(stds)
+    for name, values in scored.rewards.components.items():
+        present = [v for v in values if v is not None]
+        if present:
+            metrics[f"reward/{name}"] = sum(present) / len(present)
+    return metrics
+
+
+def sample_rows(scored: Scored, step: int, limit: int) -> list[dict[str, Any]]:
+    """The first `limit` completions of a step, for `samples/step-N.jsonl`."""
+    rows = []
+    for i in range(min(limit, len(scored.completions))):
+        rows.append(
+            {
+                "step": step,
+                "group": int(scored.rollout.group_ids[i]),
+                "prompt": scored.problems[i].prompt,  # the task's prompt, before the template
+                "completion": scored.completions[i],
+                "answer": scored.problems[i].answer,
+                "reward": scored.rewards.total[i],
+                "details": scored.rewards.details[i],
+            }
+        )
+    return rows

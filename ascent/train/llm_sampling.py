@@ -1,0 +1,114 @@
+"""Which fresh completions a step trains on: draw prompts, roll out, score, select.
+
+- DAPO dynamic sampling (`[sampling] dynamic`, Yu et al. 2025,
+  https://arxiv.org/abs/2503.14476, section 3.2): a group whose rewards are all equal has
+  zero advantage everywhere, so it is dropped and more prompts are drawn and rolled out,
+  round after round, until `prompts_per_step` informative groups are in hand or `max_rounds`
+  extra rounds have run (then the step trains on what it has, with a warning).
+- SRPO History Resampling (`[sampling] history_resampling`, see `ascent.data.history`):
+  every group's outcomes are recorded per prompt; when the epoch has too few prompts left
+  for a step, it ends there (the rest wait for a later epoch, as with drop_last) and the
+  next epoch's pool leaves out the prompts whose rollouts were all correct.
+
+Metrics: the reward metrics describe every completion generated in the step (so
+`frac_reward_zero_std` is the rate before filtering), plus
+
+    dynamic/rounds          extra generation rounds this step
+    dynamic/dropped_groups  groups dropped because their rewards were all equal
+    dynamic/kept_groups     informative groups trained on
+    resample/*              at an epoch end: seen, kept, dropped, zero_std_before / _after
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ascent.data import DrawnPrompt, ResampleReport
+from ascent.train.llm_rollout import Scored, collect, group_rewards, reward_metrics, score
+from ascent.train.llm_setup import LLMRun
+
+log = logging.getLogger("ascent.train")
+
+
+def draw_prompts(run: LLMRun, n: int) -> tuple[list[DrawnPrompt], ResampleReport | None]:
+    """The next `n` prompts; with history resampling, an epoch that cannot fill the draw
+    ends first and the next one starts over the resampled pool."""
+    report = None
+    if run.history is not None and run.sampler.remaining() < n:
+        pool, report = run.history.end_epoch(run.sampler.epoch, run.sampler.pool, min_pool=n)
+        run.sampler.start_epoch(pool)
+    return run.sampler.draw(n), report
+
+
+def record_history(run: LLMRun, scored: Scored, drawn: list[DrawnPrompt]) -> None:
+    """Add every scored rollout's reward and correctness to its prompt's history."""
+    index = {d.uid: d.index for d in drawn}
+    rewards: dict[int, list[float]] = {}
+    correct: dict[int, list[bool]] = {}
+    for g, total, ok in zip(
+        scored.rollout.group_ids.tolist(), scored.rewards.total, scored.correct, strict=True
+    ):
+        if total is not None:
+            rewards.setdefault(g, []).append(total)
+            correct.setdefault(g, []).append(ok)
+    for g in rewards:
+        run.history.record(index[g], rewards[g], correct[g])
+
+
+def informative(scored: Scored) -> tuple[Scored, int]:
+    """The rows of groups whose rewards are not all equal, and how many groups were dropped."""
+    groups = group_rewards(scored)
+    keep = {g for g, values in groups.items() if len(set(values)) > 1}
+    rows = [i for i, g in enumerate(scored.rollout.group_ids.tolist()) if g in keep]
+    return scored.subset(rows), len(groups) - len(keep)
+
+
+def first_groups(scored: Scored, n: int) -> Scored:
+    """The rows of the first `n` groups (in row order)."""
+    ids = scored.rollout.group_ids.tolist()
+    wanted = set(list(dict.fromkeys(ids))[:n])
+    return scored.subset([i for i, g in enumerate(ids) if g in wanted])
+
+
+def _round(run: LLMRun, n: int, reports: list[ResampleReport]) -> Scored:
+    drawn, report = draw_prompts(run, n)
+    if report is not None:
+        reports.append(report)
+    scored = score(run, *collect(run, drawn))
+    if run.history is not None:
+        record_history(run, scored, drawn)
+    return scored
+
+
+def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float]]:
+    """The step's fresh scored completions (before `trainable`) and their metrics."""
+    n, cfg = run.prompts_per_step, run.cfg.sampling
+    reports: list[ResampleReport] = []
+    generated = [_round(run, n, reports)]
+    batch, metrics = generated[0], {}
+    if cfg.dynamic:
+        batch, dropped = informative(generated[0])
+        while len(group_rewards(batch)) < n and len(generated) <= cfg.max_rounds:
+            generated.append(_round(run, n, reports))
+            more, more_dropped = informative(generated[-1])
+            batch = Scored.concat([batch, more], run.tokenizer.pad_token_id)
+            dropped += more_dropped
+        kept = len(group_rewards(batch))
+        if kept < n:
+            log.warning(
+                "dynamic sampling: %d of %d groups had mixed rewards after %d extra rounds "
+                "([sampling] max_rounds); training on those. All-equal groups dominate: the "
+                "task is too easy or too hard for the policy, or raise max_rounds",
+                kept, n, cfg.max_rounds,
+            )  # fmt: skip
+        batch = first_groups(batch, n)
+        metrics = {
+            "dynamic/rounds": float(len(generated) - 1),
+            "dynamic/dropped_groups": float(dropped),
+            "dynamic/kept_groups": float(min(kept, n)),
+        }
+    everything = Scored.concat(generated, run.tokenizer.pad_token_id)
+    metrics = {**reward_metrics(everything), **metrics}
+    for report in reports:
+        metrics.update(report.metrics())
+    return batch, metrics

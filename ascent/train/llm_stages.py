@@ -1,0 +1,80 @@
+"""Staged training (SRPO): `[[stages]]` run one after another, each from the last one's weights.
+
+    RUN/stages/01-<name>/   stage 1: a complete run directory (config, metrics, checkpoints,
+                            summary.json) and final-model/, its last weights as a
+                            save_pretrained directory (with the tokenizer)
+    RUN/stages/02-<name>/   stage 2: [model] name_or_path = stage 1's final-model/, its own
+                            [data], [rollout] max_new_tokens, ... from its [[stages]] table
+    RUN/summary.json        the summary every run writes: accuracy before stage 1 and after
+                            the last stage, steps and wall time summed, and one entry per stage
+
+The reference policy of a stage (for KL) is its starting point, and a critic is built afresh
+from it: what carries over between stages is the policy's weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ascent.config.llm import LLMConfig
+from ascent.models import load_policy, load_tokenizer
+from ascent.train.checkpoint import latest_checkpoint, load_checkpoint
+from ascent.train.rundir import RunDir
+
+FINAL_MODEL = "final-model"
+
+
+def export_final_model(cfg: LLMConfig, run_dir: RunDir) -> Path:
+    """Write the policy of `run_dir`'s last checkpoint as a save_pretrained directory."""
+    state = load_checkpoint(latest_checkpoint(run_dir.path))
+    policy = load_policy(cfg.model, torch.device("cpu"))
+    policy.load_state_dict(state["model"])
+    if cfg.model.lora.enabled:  # a stage starts from full weights, adapters merged in
+        policy = policy.merge_and_unload()
+    target = run_dir.path / FINAL_MODEL
+    policy.save_pretrained(target)
+    load_tokenizer(cfg.model).save_pretrained(target)
+    return target
+
+
+def stage_config(cfg: LLMConfig, index: int, name: str, start: str, parent: Path) -> LLMConfig:
+    """A stage's config: its run directory under `parent`, its weights from `start`."""
+    run = cfg.run.model_copy(update={"name": f"{index:02d}-{name}", "output_dir": str(parent)})
+    model = cfg.model.model_copy(update={"name_or_path": start})
+    return cfg.model_copy(update={"run": run, "model": model})
+
+
+def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
+    """Run every stage in order; return (and write) the run's summary."""
+    from ascent.train.llm import train_llm
+
+    start = cfg.model.name_or_path
+    stages: list[dict[str, Any]] = []
+    configs = cfg.stage_configs()
+    for index, (name, stage_cfg) in enumerate(configs, 1):
+        stage_cfg = stage_config(stage_cfg, index, name, start, run_dir.path / "stages")
+        print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
+        stage_dir = RunDir.create(stage_cfg)
+        summary = train_llm(stage_cfg, stage_dir)
+        start = str(export_final_model(stage_cfg, stage_dir))
+        kept = {k: v for k, v in summary.items() if k not in ("final_metrics", "paths")}
+        stages.append({"name": name, "run_dir": str(stage_dir.path), "final_model": start, **kept})
+    first, last = stages[0], stages[-1]
+    summary = {
+        "eval_accuracy_before": first["eval_accuracy_before"],
+        "eval_accuracy_after": last["eval_accuracy_after"],
+        "eval_reward_before": first["eval_reward_before"],
+        "eval_reward_after": last["eval_reward_after"],
+        "eval_problems": last["eval_problems"],
+        "steps": sum(s["steps"] for s in stages),
+        "total_steps": sum(s["total_steps"] for s in stages),
+        "wall_s": round(sum(s["wall_s"] for s in stages), 2),
+        "interrupted": False,
+        "final_metrics": summary["final_metrics"],
+        "stages": stages,
+    }
+    run_dir.write_summary(summary)
+    return summary

@@ -1,0 +1,57 @@
+"""Staged training: stage 2 starts from stage 1's final weights, with its own settings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from ascent.train import llm
+from ascent.train.checkpoint import load_checkpoint
+from ascent.train.llm import train_llm
+from ascent.train.rundir import RunDir
+from tests.train.test_llm_loop import assert_same, config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+STAGES = (
+    'stages=[{name="short", train={total_steps=2}, rollout={max_new_tokens=4}},'
+    ' {name="long", train={total_steps=3}, rollout={max_new_tokens=5}, data={seed=7}}]'
+)
+
+
+def test_stage_two_starts_from_stage_one_final_weights_with_its_own_settings(tmp_path, monkeypatch):
+    built = []
+    original = llm.build_run
+
+    def recording(cfg, device):
+        run = original(cfg, device)
+        built.append((cfg, {k: v.clone() for k, v in run.policy.state_dict().items()}))
+        return run
+
+    monkeypatch.setattr(llm, "build_run", recording)
+    cfg = config(tmp_path, STAGES, "train.eval_steps=1", "train.save_steps=1")
+    summary = train_llm(cfg, RunDir.create(cfg))
+
+    (cfg1, start1), (cfg2, start2) = built
+    first, second = summary["stages"]
+    final1 = load_checkpoint(Path(first["run_dir"]))["model"]  # stage 1's last checkpoint
+    assert_same(start2, final1, atol=0)  # stage 2 begins exactly where stage 1 ended
+    assert any(not torch.equal(start1[k], final1[k]) for k in final1)  # and stage 1 trained
+    assert cfg2.model.name_or_path == first["final_model"]
+    assert (cfg1.rollout.max_new_tokens, cfg2.rollout.max_new_tokens) == (4, 5)
+    assert (cfg1.train.total_steps, cfg2.train.total_steps) == (2, 3)
+    assert (cfg1.data.seed, cfg2.data.seed) == (None, 7)
+    written = tomllib.loads((Path(second["run_dir"]) / "config.toml").read_text())
+    assert written["model"]["name_or_path"] == first["final_model"]
+
+    assert summary["steps"] == 5 and [s["steps"] for s in summary["stages"]] == [2, 3]
+    assert summary["eval_accuracy_before"] == first["eval_accuracy_before"]
+    assert summary["eval_accuracy_after"] == second["eval_accuracy_after"]
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["stages"][1]["name"] == "long"
