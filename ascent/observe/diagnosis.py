@@ -148,12 +148,12 @@ def reward_hacking(rows: Sequence[Row], window: int = 20, flat: float = 1e-3) ->
     dly = _series(rows, "reward/delayed")[-window:]
     if len(imm) < window or len(dly) < window:
         return None
-    if _slope(imm) > 5 * flat and abs(_slope(dly)) <= flat:
+    if _slope(imm) > 5 * flat and _slope(dly) <= flat:
         return Finding(
             "reward_hacking",
             imm[-1][0],
             "the immediate (per-turn) reward is rising while the delayed (episode) reward is "
-            "flat: the policy may be gaming the shaped reward",
+            "flat or falling: the policy may be gaming the shaped reward",
             "lower agentic immediate_reward_weight (e.g. 0.3 -> 0.1)",
         )
     return None

@@ -77,6 +77,17 @@ def test_immediate_up_while_delayed_flat_is_reward_hacking():
     assert codes(history) == ["reward_hacking"]
 
 
+def test_immediate_up_while_delayed_falls_is_reward_hacking_too():
+    # the agentic ablation's immediate-only run: wrong answers the tester cannot catch
+    history = rows(
+        **{
+            "reward/immediate": [0.01 * i for i in range(25)],
+            "reward/delayed": [0.25 - 0.005 * i for i in range(25)],
+        }
+    )
+    assert codes(history) == ["reward_hacking"]
+
+
 def test_both_rewards_rising_is_not_hacking():
     ramp = [0.01 * i for i in range(25)]
     assert codes(rows(**{"reward/immediate": ramp, "reward/delayed": ramp})) == []
