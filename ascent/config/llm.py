@@ -280,9 +280,6 @@ class OptimSection(Section):
     )
 
 
-STAGE_SECTIONS = ("data", "rollout", "algorithm", "critic", "sampling", "train", "optim", "reward")
-
-
 class StageSection(Section):
     """`[[stages]]`: one stage of a staged run; its tables override the top-level sections.
     Stage N+1 starts from stage N's final weights."""
@@ -358,14 +355,11 @@ class LLMConfig(Section):
 
     def stage_configs(self) -> list[tuple[str, LLMConfig]]:
         """Each stage's full config: the top level with the stage's tables merged in."""
+        return [(stage.name, self._stage_config(stage)) for stage in self.stages]
+
+    def _stage_config(self, stage: StageSection) -> LLMConfig:
         base = self.model_dump(exclude={"stages"})
-        return [
-            (
-                stage.name,
-                LLMConfig.model_validate(_merged(base, stage.model_dump(exclude={"name"}))),
-            )
-            for stage in self.stages
-        ]
+        return LLMConfig.model_validate(_merged(base, stage.model_dump(exclude={"name"})))
 
     @field_validator("algorithm")
     @classmethod
@@ -402,9 +396,7 @@ class LLMConfig(Section):
             raise ValueError("[stages] name: two stages share a name; give each its own")
         for i, stage in enumerate(self.stages, 1):
             try:
-                LLMConfig.model_validate(
-                    _merged(self.model_dump(exclude={"stages"}), stage.model_dump(exclude={"name"}))
-                )
+                self._stage_config(stage)
             except ValidationError as err:
                 first = err.errors(include_url=False)[0]
                 where = ".".join(str(p) for p in first["loc"])

@@ -35,7 +35,6 @@ from ascent.algos.kl import KLEstimator
 from ascent.algos.policy_loss import PolicyLoss
 from ascent.config.llm import LLMConfig, OptimSection
 from ascent.data import (
-    Problem,
     PromptFormatter,
     PromptSampler,
     RewardHistory,
@@ -153,13 +152,6 @@ class LLMRun:
     def prompts_per_step(self) -> int:
         """Fresh prompts per step: the batch less its replayed rows, in groups."""
         return (self.cfg.train.batch_size - self.cfg.replay_rows) // self.cfg.rollout.group_size
-
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        return self.tokenizer(texts, add_special_tokens=True)["input_ids"]
-
-    def prompt_text(self, problem: Problem) -> str:
-        """The template filled in (chat wrapping, when on, is added by `formatter.encode`)."""
-        return self.formatter.rendered(problem)
 
 
 def updates_per_step(cfg: LLMConfig) -> int:
