@@ -56,6 +56,17 @@ class RolloutBatch:
         return self.response_mask.bool().sum(-1)
 
     @property
+    def response_width(self) -> int:
+        """Columns up to the last chosen token of any row (at least 1). Not
+        `response_lengths.max()`: a multi-turn row has masked observation tokens between its
+        turns, so its last chosen token can sit well past its count of chosen tokens."""
+        mask = self.response_mask.bool()
+        if not bool(mask.any()):
+            return 1
+        cols = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+        return int((cols * mask).max())
+
+    @property
     def num_tokens(self) -> int:
         return int(self.response_mask.bool().sum())
 

@@ -47,8 +47,12 @@ class PositiveReplay:
         for i, ok in enumerate(scored.correct):
             if ok and not (scored.replayed and scored.replayed[i]):
                 row = scored.subset([i])
-                width = max(1, int(row.rollout.response_lengths.max()))
-                row = Scored(row.rollout.narrow(width), row.problems, row.completions, row.rewards)
+                row = Scored(
+                    row.rollout.narrow(row.rollout.response_width),
+                    row.problems,
+                    row.completions,
+                    row.rewards,
+                )
                 self.items.append(ReplayItem(row, step))
                 added += 1
         return added

@@ -91,9 +91,9 @@ class Scales:
 
 
 def _trim(batch: TrainBatch, rows: Tensor) -> tuple[TrainBatch, int]:
-    """The rows of a micro-batch, response columns cut to its longest response."""
+    """The rows of a micro-batch, response columns cut after its last chosen token."""
     picked = batch.select(rows)
-    trimmed = picked.narrow(max(1, int(picked.rollout.response_lengths.max())))
+    trimmed = picked.narrow(picked.rollout.response_width)
     return trimmed, trimmed.rollout.num_tokens
 
 

@@ -192,3 +192,32 @@ def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path)
     metrics, _ = rl_step(run, 2)
     assert metrics["update_skipped"] == 1.0 and "reward" not in metrics
     assert_same(before, run.policy.state_dict(), atol=0)
+
+
+def test_every_chosen_token_of_a_multi_turn_row_is_trained(tmp_path):
+    """An agentic row has masked observation tokens between its turns, so its last chosen
+    token lies past its count of chosen tokens; the micro-batch trim must keep it."""
+    from ascent.rollout.batch import RolloutBatch
+    from ascent.train.llm_update import TrainBatch
+
+    cfg = config(tmp_path, "optim.weight_decay=0.0", "train.micro_batch_size=1")
+    run = build_run(cfg, torch.device("cpu"))
+    prompt = torch.tensor([run.tokenizer("12+34=")["input_ids"]])
+    response = torch.tensor([run.tokenizer("46 ok 7")["input_ids"][:7]])
+    turn1 = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])  # policy turn, then observation
+    turn2 = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]])  # the second policy turn
+    rollout = RolloutBatch(
+        prompt_ids=prompt,
+        prompt_mask=torch.ones_like(prompt),
+        response_ids=response,
+        response_mask=turn1 + turn2,
+        logprobs=torch.zeros(1, 7),
+        group_ids=torch.zeros(1, dtype=torch.long),
+        finished=torch.ones(1, dtype=torch.bool),
+    )
+    before = {k: v.clone() for k, v in run.policy.state_dict().items()}
+    # only the second turn carries advantage: dropping it leaves no gradient at all
+    update_policy(run, TrainBatch(rollout, turn2 * 1.0, None, None), step=1)
+    after = run.policy.state_dict()
+    run.reward.close()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
