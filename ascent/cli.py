@@ -90,7 +90,9 @@ def eval_(
     checkpoint: Annotated[
         Path | None,
         typer.Option(
-            "--checkpoint", help="Checkpoint to load; default: the run's best, else latest."
+            "--checkpoint",
+            help="Checkpoint (or model directory) to load; default: the run's final-model/ "
+            "(LLM runs), else its best checkpoint, else its latest.",
         ),
     ] = None,
 ) -> None:

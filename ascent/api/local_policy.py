@@ -3,8 +3,10 @@
 `LocalPolicy.load(target)` accepts
 - a built-in name (`ascent:tiny`, ...),
 - a save_pretrained directory (it holds `config.json`),
-- a checkpoint directory holding `model/`,
-- a run directory: its `final/model`, else the best checkpoint's `model/`, else the latest's.
+- a checkpoint directory holding `model/`, or a trainer checkpoint (`state.pt`), whose weights
+  are exported once to its `model/` with the run's tokenizer,
+- a run directory: its `final-model/` (what a finished LLM run exports), else that of the
+  last stage of a staged run, else its best checkpoint, else its latest.
 It loads with `ascent.models` (the same code the trainer uses) and samples with the rollout
 engine's transformers decoder, so a served policy answers exactly as it did in training.
 """
@@ -33,24 +35,58 @@ def find_model_dir(target: str | Path) -> Path:
         return path
     if (path / "model" / "config.json").is_file():
         return path / "model"
-    candidates = [path / "final" / "model"]
-    try:
-        from ascent.train.checkpoint import best_checkpoint, latest_checkpoint
+    from ascent.train.checkpoint import (
+        FINAL_MODEL,
+        STATE_FILE,
+        best_checkpoint,
+        latest_checkpoint,
+    )
 
-        for found in (best_checkpoint(path), latest_checkpoint(path)):
-            if found is not None:
-                candidates.append(found / "model")
-    except ImportError:  # pragma: no cover - the trainer is part of the package
-        pass
-    candidates += sorted((path / "checkpoints").glob("*/model"), reverse=True)
+    if (path / STATE_FILE).is_file():
+        return export_checkpoint(path)
+
+    candidates = [path / FINAL_MODEL, *sorted(path.glob(f"stages/*/{FINAL_MODEL}"), reverse=True)]
     for candidate in candidates:
         if (candidate / "config.json").is_file():
             return candidate
+    for ckpt in (best_checkpoint(path), latest_checkpoint(path)):  # a run that did not finish
+        if ckpt is not None:
+            return find_model_dir(ckpt)
     raise AscentError(
-        f"{target}: no model found: expected a model directory with config.json, or a run "
-        "directory with final/model or checkpoints/*/model (a run saves its model there at its "
-        "checkpoints); check the path"
+        f"{target}: no model found: expected a model directory with config.json, a run "
+        f"directory with {FINAL_MODEL}/ or checkpoints, or one checkpoint; check the path"
     )
+
+
+def _run_config(model_dir: Path) -> Path | None:
+    """The config.toml of the run a checkpoint or model directory lies in."""
+    for parent in [model_dir.resolve(), *list(model_dir.resolve().parents)[:3]]:
+        if (parent / "config.toml").is_file():
+            return parent / "config.toml"
+    return None
+
+
+def export_checkpoint(ckpt: Path) -> Path:
+    """A trainer checkpoint's policy as `ckpt/model/` (save_pretrained, tokenizer included):
+    the run's [model] rebuilt, the checkpoint's weights loaded, LoRA adapters merged."""
+    import torch
+
+    from ascent.config import load_config
+    from ascent.models import load_policy, load_tokenizer
+    from ascent.train.checkpoint import export_model, load_checkpoint
+
+    config = _run_config(ckpt)
+    model_cfg = getattr(load_config(config), "model", None) if config is not None else None
+    if model_cfg is None:
+        raise AscentError(
+            f"{ckpt}: a trainer checkpoint, but no LLM run config.toml above it to rebuild the "
+            "model from; pass the run directory or a save_pretrained model directory"
+        )
+    policy = load_policy(model_cfg, torch.device("cpu"))
+    policy.load_state_dict(load_checkpoint(ckpt)["model"])
+    if model_cfg.lora.enabled:
+        policy = policy.merge_and_unload()
+    return export_model(ckpt / "model", policy, load_tokenizer(model_cfg))
 
 
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model")
@@ -60,15 +96,13 @@ def run_tokenizer(model_dir: Path) -> str | None:
     """Where the tokenizer is when a checkpoint saved only the weights: the run's [model]."""
     if any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         return None
-    for parent in list(model_dir.resolve().parents)[:3]:
-        config = parent / "config.toml"
-        if config.is_file():
-            from ascent.config import load_config
+    config = _run_config(model_dir.parent)
+    if config is None:
+        return None
+    from ascent.config import load_config
 
-            model = getattr(load_config(config), "model", None)
-            if model is not None:
-                return model.tokenizer or model.name_or_path
-    return None
+    model = getattr(load_config(config), "model", None)
+    return None if model is None else model.tokenizer or model.name_or_path
 
 
 class LocalPolicy:

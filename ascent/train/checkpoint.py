@@ -10,6 +10,10 @@ Layout under `RUN/checkpoints/`:
 A save writes everything into a temporary directory, fsyncs it, and renames it into place, so
 a reader only ever sees complete checkpoints: killing the process mid-save leaves the previous
 one loadable. The last `keep_last` checkpoints and the best one are kept; older ones pruned.
+
+A finished LLM run also writes `RUN/final-model/` (`export_model`): the trained policy and its
+tokenizer as a save_pretrained directory, which `ascent serve`, `ascent eval`, the next stage
+of a staged run, or plain `AutoModelForCausalLM.from_pretrained` load like any model.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 BEST_FILE = "best.json"
 PREFIX = "step-"
+FINAL_MODEL = "final-model"
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -45,6 +50,30 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Move the complete directory `tmp` to `final`, replacing what is there without a gap."""
+    _fsync_tree(tmp)
+    if final.exists():
+        old = final.parent / f".tmp-old-{final.name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def export_model(target: Path, model: Any, tokenizer: Any) -> Path:
+    """Write `model` and `tokenizer` into `target` as one save_pretrained directory, atomically
+    (a run killed while exporting keeps the previous export, or none)."""
+    target = Path(target)
+    tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    replace_dir(tmp, target)
+    return target
 
 
 def checkpoint_name(step: int) -> str:
@@ -122,14 +151,7 @@ def save_checkpoint(
     if write_extra is not None:
         write_extra(tmp)
     (tmp / META_FILE).write_text(json.dumps({"step": step, "metric": metric}) + "\n")
-    _fsync_tree(tmp)
-    if final.exists():  # re-saving a step (e.g. after a resume): swap, never leave a gap
-        old = ckpt_dir / f".tmp-old-{final.name}-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
+    replace_dir(tmp, final)  # re-saving a step (e.g. after a resume) swaps, never leaves a gap
     if metric is not None:
         best = _read_best(ckpt_dir)
         if best is None or best.get("metric") is None or metric > best["metric"]:

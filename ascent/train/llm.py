@@ -7,6 +7,10 @@
         checkpoint every save_steps (the best one kept by validation reward)
     after = evaluate(held-out); summary.json
 
+A finished run exports the policy and its tokenizer to `RUN/final-model/` (save_pretrained,
+LoRA adapters merged), which `ascent serve RUN` and `ascent eval` load. With `[assistant]`
+enabled, an API role reads the metrics every log_interval steps (never slowing the loop).
+
 A config with `[[stages]]` runs each stage this way in turn, the next starting from the
 previous stage's final weights (llm_stages.py).
 
@@ -21,7 +25,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +33,17 @@ from typing import Any
 
 from transformers.utils import logging as hf_logging
 
+from ascent.api import UsageLedger
+from ascent.api.assistant import LogAssistant
 from ascent.config.llm import LLMConfig
 from ascent.data import ResampleReport
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
 from ascent.train.agentic_step import AgenticTrainer, agentic_session
 from ascent.train.checkpoint import (
+    FINAL_MODEL,
     capture_rng_state,
+    export_model,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
@@ -173,6 +181,7 @@ def _loop(
     stop: dict[str, bool],
     clock: _Clock,
     agentic: AgenticTrainer | None = None,
+    assistant: LogAssistant | None = None,
 ) -> int:
     """Train until total_steps or a stop request; return the step last checkpointed."""
     t, every = run.cfg.train, run.cfg.logging
@@ -188,6 +197,8 @@ def _loop(
             metrics.update(_evaluate(run, run_dir, progress, f"step-{progress.step:06d}").metrics())
         log.log(progress.step, metrics)
         bar.update(progress.step, metrics)
+        if assistant is not None:
+            assistant.observe(progress.step, metrics)
         if every.sample_every and progress.step % every.sample_every == 0:
             rows = sample_rows(scored, progress.step, every.num_samples)
             _write_jsonl(run_dir.samples_dir / f"step-{progress.step:06d}.jsonl", rows)
@@ -225,16 +236,22 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
     )
     agentic = agentic_session(run, run_dir, bar.print)  # [agentic]: episodes, not completions
     with run.reward, log, stop_requests() as stop, bar, agentic as agentic_trainer:
-        if not progress.before:
-            progress.before = _evaluate(run, run_dir, progress, "before").metrics()
-        bar.print(_accuracy_line("before", progress.before, n_eval, {}))
-        saved = _loop(run, run_dir, progress, log, bar, stop, clock, agentic_trainer)
-        if stop["stop"] and saved != progress.step:
-            clock.tick()
-            _save(run, run_dir, progress)
-        else:
-            bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
-        summary = _summary(run, progress, log, clock.tick(), interrupted=stop["stop"])
+        # the analyst's tokens are counted with the agentic roles' when there are some
+        usage = agentic_trainer.usage if agentic_trainer is not None else UsageLedger()
+        with _assistant(cfg, run_dir, bar.print, usage) as assistant:
+            if not progress.before:
+                progress.before = _evaluate(run, run_dir, progress, "before").metrics()
+            bar.print(_accuracy_line("before", progress.before, n_eval, {}))
+            saved = _loop(run, run_dir, progress, log, bar, stop, clock, agentic_trainer, assistant)
+            if stop["stop"] and saved != progress.step:
+                clock.tick()
+                _save(run, run_dir, progress)
+            else:
+                bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
+                _export(run, run_dir)
+            summary = _summary(run, progress, log, clock.tick(), interrupted=stop["stop"])
+        if agentic_trainer is None:
+            usage.finish(run_dir.path, bar.print)
     run_dir.write_summary(summary)
     if stop["stop"]:
         print(
@@ -243,6 +260,28 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
         )
         raise KeyboardInterrupt
     return summary
+
+
+@contextmanager
+def _assistant(
+    cfg: LLMConfig, run_dir: RunDir, echo: Callable[[str], None], usage: UsageLedger
+) -> Iterator[LogAssistant | None]:
+    """The `[assistant]` log analyst (None when disabled); at the end of the run it gets a
+    few seconds to finish an analysis in flight, never the full timeout."""
+    assistant = LogAssistant.from_config(cfg, run_dir.path, echo, usage=usage)
+    try:
+        yield assistant
+    finally:
+        if assistant is not None:
+            assistant.wait_idle(min(10.0, cfg.assistant.timeout_sec))
+            assistant.close()
+
+
+def _export(run: LLMRun, run_dir: RunDir) -> None:
+    """The trained policy as a plain model directory (LoRA adapters merged into the weights:
+    the run is over, so the policy may be modified)."""
+    policy = run.policy.merge_and_unload() if run.cfg.model.lora.enabled else run.policy
+    export_model(run_dir.path / FINAL_MODEL, policy, run.tokenizer)
 
 
 def _summary(

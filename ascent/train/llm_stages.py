@@ -2,7 +2,7 @@
 
     RUN/stages/01-<name>/   stage 1: a complete run directory (config, metrics, checkpoints,
                             summary.json) and final-model/, its last weights as a
-                            save_pretrained directory (with the tokenizer)
+                            save_pretrained directory (with the tokenizer; LoRA merged)
     RUN/stages/02-<name>/   stage 2: [model] name_or_path = stage 1's final-model/, its own
                             [data], [rollout] max_new_tokens, ... from its [[stages]] table
     RUN/summary.json        the summary every run writes: accuracy before stage 1 and after
@@ -17,27 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ascent.config.llm import LLMConfig
-from ascent.models import load_policy, load_tokenizer
-from ascent.train.checkpoint import latest_checkpoint, load_checkpoint
+from ascent.train.checkpoint import FINAL_MODEL
 from ascent.train.rundir import RunDir
-
-FINAL_MODEL = "final-model"
-
-
-def export_final_model(cfg: LLMConfig, run_dir: RunDir) -> Path:
-    """Write the policy of `run_dir`'s last checkpoint as a save_pretrained directory."""
-    state = load_checkpoint(latest_checkpoint(run_dir.path))
-    policy = load_policy(cfg.model, torch.device("cpu"))
-    policy.load_state_dict(state["model"])
-    if cfg.model.lora.enabled:  # a stage starts from full weights, adapters merged in
-        policy = policy.merge_and_unload()
-    target = run_dir.path / FINAL_MODEL
-    policy.save_pretrained(target)
-    load_tokenizer(cfg.model).save_pretrained(target)
-    return target
 
 
 def stage_config(cfg: LLMConfig, index: int, name: str, start: str, parent: Path) -> LLMConfig:
@@ -58,8 +40,8 @@ def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
         stage_cfg = stage_config(stage_cfg, index, name, start, run_dir.path / "stages")
         print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
         stage_dir = RunDir.create(stage_cfg)
-        summary = train_llm(stage_cfg, stage_dir)
-        start = str(export_final_model(stage_cfg, stage_dir))
+        summary = train_llm(stage_cfg, stage_dir)  # ends by exporting the stage's final-model/
+        start = str(stage_dir.path / FINAL_MODEL)
         kept = {k: v for k, v in summary.items() if k not in ("final_metrics", "paths")}
         stages.append({"name": name, "run_dir": str(stage_dir.path), "final_model": start, **kept})
     first, last = stages[0], stages[-1]

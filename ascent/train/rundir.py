@@ -19,7 +19,12 @@ from typing import Any
 
 from ascent.config import AnyConfig, dump_config
 from ascent.errors import AscentError
-from ascent.train.checkpoint import latest_checkpoint, write_json_atomic, write_text_atomic
+from ascent.train.checkpoint import (
+    FINAL_MODEL,
+    latest_checkpoint,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -90,5 +95,7 @@ class RunDir:
             "checkpoints": str(self.checkpoints),
             "samples": str(self.samples_dir),
         }
+        if (self.path / FINAL_MODEL).is_dir():
+            paths["final_model"] = str(self.path / FINAL_MODEL)
         write_json_atomic(self.summary_path, {**summary, "paths": paths})
         return self.summary_path

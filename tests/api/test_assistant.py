@@ -120,3 +120,34 @@ def test_the_analysts_tokens_count_in_the_runs_ledger(server, tmp_path):
     assert spent["solver"].total_tokens == 150
     saved = json.loads(usage.write(tmp_path).read_text())
     assert set(saved) == {"analyst", "solver"}
+
+
+def test_a_training_run_consults_the_assistant_and_reports_its_usage(server, tmp_path, capsys):
+    from ascent.train.llm import train_llm
+    from ascent.train.rundir import RunDir
+
+    server.default(CHAT, ok(ANSWER, prompt_tokens=40, completion_tokens=30))
+    cfg = load_config(
+        None,
+        [
+            "train.total_steps=4", "train.batch_size=16", "train.micro_batch_size=16",
+            "train.eval_steps=0", "train.save_steps=0", "data.eval_size=8",
+            "rollout.max_new_tokens=4", "logging.progress=false",
+            f'run.output_dir="{tmp_path}"', "run.name=consulted",
+            f'api.base_url="{server.url}"', f'api.api_key_env="{KEY_VAR}"',
+            'models.analyst_model="judge"', "assistant.enabled=true", "assistant.log_interval=2",
+        ],
+    )  # fmt: skip
+    run_dir = RunDir.create(cfg)
+    train_llm(cfg, run_dir)
+    saved = [json.loads(x) for x in (run_dir.path / "assistant.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in saved] and {s["step"] for s in saved} <= {2, 4}
+    assert all(s.get("text") == ANSWER for s in saved)
+    sent = json.loads(server.requests(CHAT)[0].body["messages"][1]["content"].splitlines()[-1])
+    assert "reward" in sent and sent["step"] in (1, 2)  # the trainer's own metrics
+    usage = json.loads((run_dir.path / "api_usage.json").read_text())
+    assert usage["analyst"]["requests"] == len(saved) and usage["analyst"][
+        "total_tokens"
+    ] == 70 * len(saved)
+    out = capsys.readouterr().out
+    assert "api usage: analyst:" in out and not leaks(out)

@@ -224,22 +224,21 @@ def _save(policy: LocalPolicy, where: Path) -> Path:
     return where
 
 
-def test_run_directory_serves_final_then_best_then_latest(policy, tmp_path):
+def test_run_directory_serves_its_final_model_then_its_last_stages(policy, tmp_path):
     run_dir = tmp_path / "runs" / "my-run"
     with pytest.raises(AscentError) as err:
         run_dir.mkdir(parents=True)
         find_model_dir(run_dir)
     assert str(err.value) == (
-        f"{run_dir}: no model found: expected a model directory with config.json, or a run "
-        "directory with final/model or checkpoints/*/model (a run saves its model there at its "
-        "checkpoints); check the path"
+        f"{run_dir}: no model found: expected a model directory with config.json, a run "
+        "directory with final-model/ or checkpoints, or one checkpoint; check the path"
     )
-    latest = _save(policy, run_dir / "checkpoints" / "step-000200" / "model")
-    assert find_model_dir(run_dir) == latest
-    final = _save(policy, run_dir / "final" / "model")
+    stage2 = _save(policy, run_dir / "stages" / "02-mix" / "final-model")
+    _save(policy, run_dir / "stages" / "01-math" / "final-model")
+    assert find_model_dir(run_dir) == stage2
+    final = _save(policy, run_dir / "final-model")
     assert find_model_dir(run_dir) == final
     assert find_model_dir(final) == final
-    assert find_model_dir(final.parent) == final
     with pytest.raises(AscentError, match="no such file or directory"):
         find_model_dir(tmp_path / "nope")
     served = LocalPolicy.load(str(run_dir), device="cpu")
@@ -278,5 +277,5 @@ def test_a_checkpoint_without_tokenizer_files_uses_the_runs_tokenizer(policy, tm
     weights = run_dir / "checkpoints" / "step-000010" / "model"
     policy.model.save_pretrained(weights)
     (run_dir / "config.toml").write_text(f'[model]\nname_or_path = "{MODEL}"\n')
-    served = LocalPolicy.load(str(run_dir), device="cpu")
+    served = LocalPolicy.load(str(weights.parent), device="cpu")
     assert served.count_tokens("12+34=") == 6

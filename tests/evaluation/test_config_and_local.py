@@ -88,8 +88,8 @@ def test_local_policy_from_a_run_directory(sandbox, tmp_path, run_cli):
 
     run = tmp_path / "runs" / "tiny-run"
     model, tokenizer = build_tiny_model()
-    model.save_pretrained(run / "final" / "model")
-    tokenizer.save_pretrained(run / "final" / "model")
+    model.save_pretrained(run / "final-model")
+    tokenizer.save_pretrained(run / "final-model")
     problems = data_file("humaneval.jsonl.gz")
     config = write_config(tmp_path, problems, "http://127.0.0.1:9/v1", "limit = 2" + TINY_FIT)
     text = config.read_text().replace('policy = "api"\nrole = "solver"', 'policy = "local"')
@@ -101,7 +101,7 @@ def test_local_policy_from_a_run_directory(sandbox, tmp_path, run_cli):
     assert out.strip().splitlines()[-1] == str(results_path)
     results = json.loads(results_path.read_text())
     assert results["policy"]["policy"] == "local"
-    assert results["policy"]["model"] == str(run / "final" / "model")
+    assert results["policy"]["model"] == str(run / "final-model")
     assert results["overall"]["problems"] == 2 and results["overall"]["failed_requests"] == 0
     assert "(local)" in err
 

@@ -66,6 +66,32 @@ def test_short_grpo_run_writes_metrics_samples_checkpoints_and_summary(tmp_path)
     assert latest_checkpoint(run_dir.path).name == "step-000004"
 
 
+def test_a_finished_run_exports_its_policy_and_any_checkpoint_can_be_served(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ascent.api.local_policy import find_model_dir
+
+    cfg = config(tmp_path)
+    run_dir = RunDir.create(cfg)
+    train_llm(cfg, run_dir)
+    final = run_dir.path / "final-model"
+    assert json.loads(run_dir.summary_path.read_text())["paths"]["final_model"] == str(final)
+    exported = AutoModelForCausalLM.from_pretrained(final).state_dict()
+    assert_same(exported, weights(run_dir.path / "checkpoints" / "step-000004"))
+    assert AutoTokenizer.from_pretrained(final)("12+34=")["input_ids"]
+    assert find_model_dir(run_dir.path) == final
+
+    # a checkpoint holds weights only: serving it exports them once, with the run's tokenizer
+    ckpt = run_dir.path / "checkpoints" / "step-000002"
+    model_dir = find_model_dir(ckpt)
+    assert model_dir == ckpt / "model" and (model_dir / "tokenizer_config.json").is_file()
+    assert_same(AutoModelForCausalLM.from_pretrained(model_dir).state_dict(), weights(ckpt))
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(exported.values(), weights(ckpt).values(), strict=True)
+    )
+
+
 def stop_at(step: int, monkeypatch) -> None:
     """Press Ctrl-C during `step` (the loop finishes it, saves, and raises KeyboardInterrupt)."""
     original = llm_step.rl_step
@@ -87,6 +113,7 @@ def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path, monkey
         stop_at(2, patch)
         with pytest.raises(KeyboardInterrupt):
             train_llm(split, RunDir.create(split))
+    assert not (tmp_path / "split" / "final-model").exists()  # exported only when finished
     resumed = RunDir.create(split, resume=tmp_path / "split")
     assert resumed.resume_from.name == "step-000002"
     train_llm(split, resumed)
