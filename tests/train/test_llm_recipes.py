@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ascent.config import LLMConfig, load_config
+from ascent.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RECIPES = ["grpo", "dr_grpo", "dapo", "gspo", "srpo", "ppo_llm", "vapo"]
@@ -46,6 +47,28 @@ def test_embedded_default_is_the_tiny_warm_start_on_arithmetic_on_cpu():
     cfg = load_config(None)
     assert cfg.model.name_or_path == "ascent:tiny-arithmetic"
     assert (cfg.data.task, cfg.run.device, cfg.algorithm.advantage) == ("arithmetic", "cpu", "grpo")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "message"),
+    [
+        ("grpo", ["critic.lr=1e-4"], r"\[critic\] lr: advantage 'grpo' uses no critic"),
+        ("dr_grpo", ["algorithm.std_eps=1e-4"], "std_eps: advantage 'dr_grpo' does not use it"),
+        ("dapo", ["rollout.max_new_tokens=1"], r"buffer of 1 to max_new_tokens \(1\)"),
+        (
+            "gspo",
+            ["sampling.replay_ratio=0.25", "algorithm.is_cap=2.0"],
+            "a replayed completion has no group",
+        ),
+        ("srpo", ['reward.functions=["code"]'], "history_resampling: it selects completions"),
+        ("ppo_llm", ["critic.value_warmup_steps=400"], "leave none of the 400 total_steps"),
+        ("vapo", ['algorithm.advantage="gae"'], "length_alpha: advantage 'gae' does not use it"),
+        ("vapo", ["sampling.replay_ratio=0.3"], "try replay_ratio = 0.25 or 0.3125"),
+    ],
+)
+def test_each_recipe_refuses_a_change_it_cannot_honour_at_load_time(recipe, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(EXAMPLES / f"{recipe}.toml", overrides)
 
 
 @pytest.mark.parametrize("recipe", [None, *RECIPES])
