@@ -77,8 +77,8 @@ class ActorCritic(nn.Module):
         n_actions: int,
         *,
         continuous: bool,
-        hidden_sizes: Sequence[int] = (64, 64),
-        activation: str = "tanh",
+        hidden_sizes: Sequence[int],
+        activation: str,
     ) -> None:
         super().__init__()
         self.continuous = continuous
@@ -92,8 +92,9 @@ class ActorCritic(nn.Module):
         cls,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        hidden_sizes: Sequence[int] = (64, 64),
-        activation: str = "tanh",
+        *,
+        hidden_sizes: Sequence[int],
+        activation: str,
     ) -> ActorCritic:
         problem = unsupported_space(observation_space, action_space)
         if problem is not None:

@@ -161,8 +161,8 @@ def _build(
     agent = ActorCritic.for_spaces(
         envs.single_observation_space,
         envs.single_action_space,
-        cfg.model.hidden_sizes,
-        cfg.model.activation,
+        hidden_sizes=cfg.model.hidden_sizes,
+        activation=cfg.model.activation,
     ).to(device)
     runner = EnvRunner(envs, EpisodeStats(cfg.solved_return, clock), device, seed=cfg.run.seed)
     return agent, make_optimizer(agent, cfg.optim), runner

@@ -66,7 +66,10 @@ def load_agent(cfg: ClassicConfig, env: gym.Env, checkpoint: Path) -> ActorCriti
     if "agent" not in state:
         raise AscentError(f"{checkpoint}: not a classic PPO checkpoint (it holds no 'agent')")
     agent = ActorCritic.for_spaces(
-        env.observation_space, env.action_space, cfg.model.hidden_sizes, cfg.model.activation
+        env.observation_space,
+        env.action_space,
+        hidden_sizes=cfg.model.hidden_sizes,
+        activation=cfg.model.activation,
     )
     try:
         agent.load_state_dict(state["agent"])

@@ -137,7 +137,7 @@ def test_first_minibatch_of_an_update_has_ratio_one():
     advantages (mean 0) the surrogate -mean(ratio * A) is 0."""
     cfg = load_config(EXAMPLES / "ppo_cartpole.toml")
     torch.manual_seed(0)
-    agent = ActorCritic(4, 2, continuous=False)
+    agent = ActorCritic(4, 2, continuous=False, hidden_sizes=(64, 64), activation="tanh")
     obs = torch.randn(64, 4)
     actions, logp = agent.sample(obs)
     mask = torch.ones(64, dtype=torch.bool)
@@ -170,7 +170,7 @@ def test_first_minibatch_of_an_update_has_ratio_one():
 )
 def test_value_clipping_keeps_the_pessimistic_error(target_offset, expected_loss, expected_frac):
     cfg = load_config(EXAMPLES / "ppo_cartpole.toml", ["train.clip_range_vf=0.1"])
-    agent = ActorCritic(4, 2, continuous=False)
+    agent = ActorCritic(4, 2, continuous=False, hidden_sizes=(64, 64), activation="tanh")
     obs = torch.randn(8, 4)
     actions, logp = agent.sample(obs)
     values = agent.value(obs).detach()
@@ -183,14 +183,14 @@ def test_value_clipping_keeps_the_pessimistic_error(target_offset, expected_loss
 
 def test_optimizer_has_an_actor_and_a_critic_learning_rate():
     cfg = load_config(EXAMPLES / "ppo_cartpole.toml")
-    agent = ActorCritic(4, 2, continuous=False)
+    agent = ActorCritic(4, 2, continuous=False, hidden_sizes=(64, 64), activation="tanh")
     actor, critic = make_optimizer(agent, cfg.optim).param_groups
     assert (actor["lr"], critic["lr"], actor["eps"]) == (3e-4, 1e-3, 1e-5)
     assert {id(p) for p in critic["params"]} == {id(p) for p in agent.critic.parameters()}
 
 
 def test_orthogonal_init_gives_a_near_uniform_first_policy():
-    agent = ActorCritic(4, 2, continuous=False)
+    agent = ActorCritic(4, 2, continuous=False, hidden_sizes=(64, 64), activation="tanh")
     logits = agent.actor(torch.randn(256, 4)).detach()
     assert float(logits.abs().max()) < 0.1  # policy head gain 0.01
     head = agent.actor[-1].weight.detach()
