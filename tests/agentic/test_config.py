@@ -32,12 +32,26 @@ def test_defaults_are_the_write_ups():
         (['algorithm.kl_mode="reward"', "algorithm.kl_coef=0.01"], 'kl_mode = "loss"'),
         (["algorithm.is_cap=5.0"], "correction_clip"),
         (['data.task="countdown"', 'reward.functions=["countdown"]'], "'countdown' has none"),
+        (["rollout.top_p=0.9"], "off_policy_correction would weight tokens by the wrong"),
+        (["rollout.top_k=20"], "set top_k = 0 and top_p = 1.0"),
     ],
 )
 def test_settings_agentic_episodes_cannot_honour_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=r"agentic|algorithm|data") as err:
         load_config(None, [*ON, *overrides])
     assert message in str(err.value)
+
+
+def test_a_context_window_below_the_default_threshold_is_fine_without_a_summarizer():
+    cfg = load_config(None, [*ON, 'agentic.roles.summarizer="off"', "agentic.context_window=4096"])
+    assert cfg.agentic.context_window == 4096 < cfg.agentic.summarize_threshold
+
+
+def test_truncated_sampling_is_accepted_without_the_off_policy_correction():
+    # The recorded log-probs are of the untruncated policy (ascent.rollout.sampling), which
+    # only the correction's weight pi_old / pi_behaviour would read as the sampler's.
+    cfg = load_config(None, [*ON, "rollout.top_p=0.9", "agentic.off_policy_correction=false"])
+    assert cfg.rollout.top_p == 0.9
 
 
 def test_is_cap_is_still_refused_outside_agentic_runs():
