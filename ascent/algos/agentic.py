@@ -75,8 +75,8 @@ def agentic_credit(
     episode_rewards: Tensor,
     episode_groups: Tensor,
     *,
-    immediate_weight: float = 0.3,
-    delayed_weight: float = 0.7,
+    immediate_weight: float,
+    delayed_weight: float,
     scale_by_std: bool = True,
     eps: float = 1e-6,
 ) -> AgenticCredit:
@@ -88,7 +88,8 @@ def agentic_credit(
         turn_episodes: (N,) index into the E episodes of each turn's episode.
         episode_rewards: (E,) delayed reward of each episode.
         episode_groups: (E,) problem id of each episode (its G episodes are one group).
-        immediate_weight, delayed_weight: the mixing weights (0.3 / 0.7).
+        immediate_weight, delayed_weight: the mixing weights (GrandCode: 0.3 / 0.7; the
+            config's `[agentic]` keys hold them).
         scale_by_std: GRPO (True) or Dr. GRPO (False) normalisation.
         eps: added to the stds.
 

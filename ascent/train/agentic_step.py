@@ -2,10 +2,17 @@
 
     episodes (producer thread, async_workers in flight, <= max_staleness versions behind)
       -> rows (policy tokens mask 1, observations mask 0, behaviour log-probs)
-      -> credit: 0.3 * A_immediate(turn) + 0.7 * A_delayed(episode)   (ascent.algos.agentic)
+      -> credit: w_imm * A_immediate(turn) + w_delay * A_delayed(episode)   (ascent.algos.agentic)
       -> update_policy (the shared one), with the off-policy weight
          min(pi_old / pi_behaviour, correction_clip) when off_policy_correction = true
       -> publish the new weights to the producer
+
+A step with no episode to train on (every one left unjudged by a sandbox failure, or holding
+no policy token) is skipped; `[agentic] max_skipped_steps` of them in a row stop the run with
+what the episodes said, since a run that never updates is broken, not unlucky.
+
+Problems are drawn on the trainer's thread (see `ascent.rollout.agentic.producer`), so the
+prompt sampler's state saved in a checkpoint is never taken in the middle of a draw.
 
 `agentic_session(run, run_dir)` is what the trainer opens around its loop: it yields None for
 ordinary runs and an `AgenticTrainer` for agentic ones, and at the end stops the producer and
@@ -20,8 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import torch
@@ -30,11 +37,13 @@ from ascent.algos import masked_whiten
 from ascent.algos.agentic import agentic_credit, turn_advantages_to_tokens
 from ascent.api import ApiClient, UsageLedger
 from ascent.config.agentic import ROLES, format_name
+from ascent.data import uses_chat_template
+from ascent.errors import AscentError
 from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
 from ascent.rollout.agentic.formats import FORMATS
-from ascent.rollout.agentic.producer import EpisodeProducer
+from ascent.rollout.agentic.producer import EpisodeProducer, Group
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher, PolicySnapshot
 from ascent.rollout.agentic.rows import AgenticRows, build_rows
 from ascent.rollout.agentic.verify import Verifier
@@ -80,7 +89,7 @@ def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, 
     advantages = turn_advantages_to_tokens(
         credit.advantages.to(rollout.logprobs.device), rows.token_turn
     )
-    if getattr(alg, "normalize_advantages", False):  # whiten over the batch's policy tokens
+    if alg.normalize_advantages:  # whiten over the batch's policy tokens
         advantages = masked_whiten(advantages, rollout.response_mask)
     behaviour, old = None, rollout.logprobs
     if a.off_policy_correction:
@@ -99,10 +108,11 @@ def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, 
 
 
 def chat_template(cfg, tokenizer) -> ChatTemplate | None:
-    """Policy threads are chats when `[data] chat_template` applies (auto: the tokenizer has
-    one), as the trainer's prompts are."""
-    mode = getattr(cfg.data, "chat_template", "off")
-    return ChatTemplate(tokenizer) if mode != "off" and tokenizer.chat_template else None
+    """Policy threads are chats when `[data] chat_template` applies, decided as for the
+    trainer's prompts (`ascent.data.uses_chat_template`)."""
+    return (
+        ChatTemplate(tokenizer) if uses_chat_template(cfg.data.chat_template, tokenizer) else None
+    )
 
 
 class AgenticTrainer:
@@ -119,8 +129,9 @@ class AgenticTrainer:
         self.snapshot: PolicySnapshot | None = None
         self.batcher: PolicyBatcher | None = None
         self.producer: EpisodeProducer | None = None
-        self._draw_lock = threading.Lock()
         self._sandbox_runs = 0
+        self._skipped: Counter[str] = Counter()  # why the episodes of the skipped steps in a row
+        self._skipped_steps = 0  # ... were not trained on, and how many steps that is
 
     # -- the producer ------------------------------------------------------------------------
 
@@ -140,8 +151,8 @@ class AgenticTrainer:
         )
 
     def _draw(self):
-        with self._draw_lock:
-            return self.run.sampler.draw(1)[0]
+        """One problem (called on the trainer's thread only, by the producer)."""
+        return self.run.sampler.draw(1)[0]
 
     @contextlib.asynccontextmanager
     async def _serve(self) -> AsyncIterator[None]:
@@ -213,6 +224,7 @@ class AgenticTrainer:
             metrics |= update_policy(self.loss_run, batch, step)
         else:
             metrics["update_skipped"] = 1.0
+        self._count_skipped(groups, skipped=rows is None)
         self.snapshot.publish(step, run.policy)
         self.producer.publish(step)
         t2 = time.perf_counter()
@@ -225,6 +237,27 @@ class AgenticTrainer:
         }
         self._sandbox_runs = self.verifier.runs
         return metrics, self._scored(rows)
+
+    def _count_skipped(self, groups: list[Group], skipped: bool) -> None:
+        """Stop the run after max_skipped_steps steps in a row with nothing to train on."""
+        if not skipped:
+            self._skipped_steps, self._skipped = 0, Counter()
+            return
+        self._skipped_steps += 1
+        for ep in (e for g in groups for e in g.episodes):
+            if ep.stop == "sandbox_error":
+                detail = " ".join(str(ep.detail.get("sandbox_error", "")).split())[:120]
+                self._skipped[f"sandbox error: {detail}"] += 1
+            else:
+                self._skipped[f"no policy token (stop: {ep.stop})"] += 1
+        limit = self.run.cfg.agentic.max_skipped_steps
+        if self._skipped_steps >= limit:
+            seen = "; ".join(f"{n} x {why}" for why, n in self._skipped.most_common(3))
+            raise AscentError(
+                f"agentic: {limit} steps in a row had no episode to train on ({seen}); "
+                "fix the sandbox (run `ascent doctor`) or the roles, or raise [agentic] "
+                "max_skipped_steps"
+            )
 
     def _scored(self, rows: AgenticRows | None) -> Scored:
         if rows is None:

@@ -28,6 +28,8 @@ def test_credit_matches_hand_computation_on_a_two_turn_episode():
         turn_episodes=torch.tensor([0, 0, 1]),
         episode_rewards=torch.tensor([1.0, 0.0]),
         episode_groups=torch.tensor([7, 7]),
+        immediate_weight=0.3,
+        delayed_weight=0.7,
         eps=0.0,
     )
     imm = normalised([-0.2, 0.3, 0.1])

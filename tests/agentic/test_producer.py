@@ -1,17 +1,26 @@
-"""Asynchronous rollouts: episodes in flight while the trainer works, bounded staleness."""
+"""Asynchronous rollouts: episodes in flight while the trainer works, bounded staleness,
+behaviour log-probs from the policy version that sampled them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import itertools
+import threading
 import time
 
 import pytest
+import torch
 
+from ascent.config import load_config
 from ascent.data import DrawnPrompt, Problem
 from ascent.rollout.agentic.producer import EpisodeProducer
-from ascent.rollout.agentic.transcript import Episode, Turn
+from ascent.rollout.agentic.roles import PolicyBatcher, PolicySnapshot
+from ascent.rollout.agentic.rows import build_rows
+from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
+from ascent.train.llm_setup import build_run, make_engine
+from ascent.train.llm_step import policy_logprobs
 
 
 def make_producer(
@@ -110,3 +119,86 @@ def test_a_group_that_finishes_too_late_is_dropped_and_replaced():
         producer.close()
     assert dropped_all and min(dropped_all) > 1  # staler than max_staleness = 1: dropped ...
     assert max(taken) <= 1 and len(taken) == 20  # ... and replaced by a fresh group
+
+
+def test_problems_are_drawn_on_the_trainers_thread_only():
+    # The trainer saves the prompt sampler's state between steps; drawing on the producer's
+    # thread could take that state in the middle of a draw.
+    producer, episode, _ = make_producer(1, slow=0.3)
+    threads = []
+    draw = producer.draw
+    producer.draw = lambda: (threads.append(threading.current_thread()), draw())[1]
+    producer.start(episode, nothing)
+    try:
+        for step in range(1, 6):
+            producer.take(2, step - 1)
+            producer.publish(step)
+    finally:
+        producer.close()
+    assert len(threads) >= 10 and set(threads) == {threading.main_thread()}
+
+
+def test_behaviour_logprobs_are_those_of_the_policy_version_that_sampled_them(tmp_path):
+    """Real weights: a snapshot samples each turn with the latest published version while the
+    trainer changes its own; every row's behaviour log-probs are those of its recorded
+    version's weights (not the trainer's), and no row is staler than max_staleness."""
+    cfg = load_config(
+        "examples/agentic_tiny.toml", [f'run.output_dir="{tmp_path}"', "data.eval_size=10"]
+    )
+    torch.manual_seed(0)
+    run = build_run(cfg, torch.device("cpu"))
+    weights = {0: copy.deepcopy(run.policy.state_dict())}
+    snapshot = PolicySnapshot(run.policy, 0)
+    engine = make_engine(cfg, snapshot.model, run.tokenizer)
+    batcher = PolicyBatcher(
+        snapshot, engine, run.tokenizer, run.sampling, torch.Generator().manual_seed(0), 8
+    )
+    problems, uids = iter(run.task.train * 10), itertools.count()
+    producer = EpisodeProducer(
+        draw=lambda: DrawnPrompt(next(uids), next(problems)),
+        group_size=2,
+        groups_per_step=2,
+        max_staleness=1,
+        async_workers=4,
+        version=0,
+    )
+
+    async def episode(drawn: DrawnPrompt) -> Episode:
+        ep = Episode(drawn.problem, None, drawn.uid)  # type: ignore[arg-type]
+        thread = PolicyThread("solver", run.tokenizer(drawn.problem.prompt)["input_ids"])
+        out = await batcher.generate(thread.context)
+        ep.turns.append(Turn("solver", "policy", 0, out.text, version=out.version))
+        thread.act(out.ids, out.logprobs, 0, out.finished)
+        ep.threads.append(thread)
+        ep.delayed = 0.0
+        return ep
+
+    producer.start(episode, nothing)
+    model = copy.deepcopy(run.policy)
+    staleness = []
+    try:
+        for step in range(1, 6):
+            groups, _ = producer.take(2, step - 1)
+            rows = build_rows([e for g in groups for e in g.episodes], 0, torch.device("cpu"))
+            mask = rows.rollout.response_mask.bool()
+            for row, version in enumerate(rows.row_version):
+                model.load_state_dict(weights[version])
+                recorded = rows.rollout.logprobs[row][mask[row]]
+                recomputed = policy_logprobs(model, run, rows.rollout)[row][mask[row]]
+                assert torch.allclose(recorded, recomputed, atol=1e-4), (step, version)
+                if version != step - 1:  # the trainer's weights would not have given them
+                    model.load_state_dict(weights[step - 1])
+                    current = policy_logprobs(model, run, rows.rollout)[row][mask[row]]
+                    assert (current - recorded).abs().max() > 1e-2
+                staleness.append(step - 1 - version)
+            with torch.no_grad():  # the "update": every weight moves
+                for p in run.policy.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            weights[step] = copy.deepcopy(run.policy.state_dict())
+            time.sleep(0.2)  # while the producer runs ahead with the old weights
+            snapshot.publish(step, run.policy)
+            producer.publish(step)
+    finally:
+        producer.close()
+        batcher.close()
+    assert max(staleness) == 1 and min(staleness) == 0
