@@ -22,7 +22,6 @@ clip_ratio; `api_usage.json` in the run directory has the API roles' totals.
 
 from __future__ import annotations
 
-import re
 from statistics import mean, pstdev
 
 from ascent.data import Problem
@@ -30,8 +29,6 @@ from ascent.rewards import RewardOutput
 from ascent.rollout.agentic.producer import Group
 from ascent.rollout.agentic.rows import AgenticRows
 from ascent.rollout.agentic.transcript import Episode
-
-_CONFIRMED = re.compile(r"^(\d+)/(\d+) confirmed")
 
 
 def _fraction(flags: list[bool]) -> float:
@@ -50,13 +47,9 @@ def _group_metrics(groups: list[Group]) -> dict[str, float]:
 
 
 def _generated_tests(episodes: list[Episode]) -> dict[str, float]:
-    confirmed = proposed = 0
-    for ep in episodes:
-        for turn in ep.turns:
-            found = _CONFIRMED.match(turn.note) if turn.role == "testgen" else None
-            if found:
-                confirmed += int(found.group(1))
-                proposed += int(found.group(2))
+    testgen = [t for ep in episodes for t in ep.turns if t.role == "testgen"]
+    confirmed = sum(t.tests_confirmed for t in testgen)
+    proposed = sum(t.tests_proposed for t in testgen)
     return {"agentic/tests_confirmed": confirmed / proposed} if proposed else {}
 
 
@@ -72,7 +65,7 @@ def episode_metrics(groups: list[Group], dropped: list[int]) -> dict[str, float]
         "agentic/sandbox_errors": float(sum(e.stop == "sandbox_error" for e in episodes)),
         "agentic/dropped_stale": float(len(dropped)),
         "agentic/unparsable": _fraction([not t.parsed for t in policy_turns]),
-        "agentic/broken": _fraction([t.note.startswith("broken") for t in solves]),
+        "agentic/broken": _fraction([t.broken for t in solves]),
     }
     if judged:
         delayed = mean(e.delayed for e in judged if e.delayed is not None)

@@ -22,14 +22,18 @@ SANDBOX = SandboxSection(workers=2, time_limit_ms=1000, memory_mb=256)
 REFERENCE = "print(int(input()) * 2)\n"
 
 
-def double_problem(reference: str | None = REFERENCE) -> Problem:
-    """Read n, print 2n: one sample test, two hidden tests, a reference solution."""
+def double_problem(reference: str | None = REFERENCE, factor: int = 2) -> Problem:
+    """Read n, print 2n: one sample test, two hidden tests, a reference solution in Python.
+    Another `factor` gives a different problem under the same id."""
     columns = {
-        "sample_tests": [{"input": "1\n", "output": "2\n"}],
-        "tests": [{"input": "3\n", "output": "6\n"}, {"input": "10\n", "output": "20\n"}],
+        "sample_tests": [{"input": "1\n", "output": f"{factor}\n"}],
+        "tests": [
+            {"input": "3\n", "output": f"{3 * factor}\n"},
+            {"input": "10\n", "output": f"{10 * factor}\n"},
+        ],
     }
     if reference is not None:
-        columns["reference_solution"] = reference
+        columns |= {"reference_solution": reference, "reference_language": "python"}
     return Problem(key="double", prompt="Read n; print 2n.", answer="", columns=columns)
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from ascent.config.rewards import CodeRewardSection
+from ascent.errors import AscentError
 from ascent.rewards.judge import StdioTest
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.rows import build_rows
@@ -31,16 +32,77 @@ def json_tests(*pairs: tuple[str, str]) -> str:
     return f"```json\n{body}\n```"
 
 
+TWO_TESTS = json_tests(("1\n", "2\n"), ("5\n", "10\n"))  # WRONG passes the first only
+
+
 def test_generated_tests_count_only_when_the_reference_solution_agrees(pool):
     verifier = Verifier(pool, CodeRewardSection(), SANDBOX)
     code = runner(pool, None, None).fmt.code_problem(double_problem())
     proposed = [StdioTest("5\n", "10\n"), StdioTest("5\n", "11\n"), StdioTest("7\n", "14")]
-    validation = asyncio.run(verifier.validate(code, proposed))
+    validation = asyncio.run(verifier.validate(code, proposed, "python"))
     assert validation.proposed == 3
     assert validation.confirmed == [proposed[0], proposed[2]]  # 11 is not what 2 * 5 prints
     # Without a reference solution nothing can be confirmed, so no generated test counts.
     bare = runner(pool, None, None).fmt.code_problem(double_problem(reference=None))
-    assert asyncio.run(verifier.validate(bare, proposed)).confirmed == []
+    assert asyncio.run(verifier.validate(bare, proposed, None)).confirmed == []
+
+
+def test_a_generated_test_with_a_hidden_tests_input_does_not_count(pool):
+    verifier = Verifier(pool, CodeRewardSection(), SANDBOX)
+    code = runner(pool, None, None).fmt.code_problem(double_problem())
+    copies = [StdioTest("3\n", "6\n"), StdioTest(" 10 ", "20"), StdioTest("4\n", "8\n")]
+    validation = asyncio.run(verifier.validate(code, copies, "python"))
+    # 3 -> 6 and 10 -> 20 are the hidden tests (the reference agrees, but they would show
+    # the hidden answers in the feedback): only 4 -> 8 counts.
+    assert validation.confirmed == [copies[2]] and validation.hidden_copies == 2
+
+
+def test_the_reference_solution_runs_in_its_own_language_or_is_refused(pool, tokenizer):
+    problem = double_problem()
+    del problem.columns["reference_language"]
+    policy = ScriptedPolicy(tokenizer, {"solver": [fenced(RIGHT)]})
+    roles = {"hypothesis": "off", "solver": "policy", "testgen": "scripted", "summarizer": "off"}
+    with pytest.raises(AscentError, match="add a reference_language column"):
+        asyncio.run(runner(pool, tokenizer, policy, roles=roles).run(problem, 1))
+    # A C++ reference is never run as Python: asked to, the verifier runs it as C++, and
+    # the scripted solver writes it in a ```cpp fence.
+    problem.columns["reference_language"] = "c++"
+    fmt = runner(pool, None, None).fmt
+    assert fmt.reference_language(problem, fmt.code_problem(problem)) == "cpp"
+    # Without testgen (and with a policy solver) the reference is never run: no language needed.
+    del problem.columns["reference_language"]
+    roles["testgen"] = "off"
+    policy = ScriptedPolicy(tokenizer, {"solver": [fenced(RIGHT)]})
+    assert asyncio.run(runner(pool, tokenizer, policy, roles=roles).run(problem, 1)).solved
+
+
+def test_verdicts_are_cached_by_content_not_by_problem_id(pool):
+    verifier = Verifier(pool, CodeRewardSection(), SANDBOX)
+    fmt = runner(pool, None, None).fmt
+    double = fmt.code_problem(double_problem())
+    triple = fmt.code_problem(double_problem(reference="print(int(input()) * 3)\n", factor=3))
+    assert double.id == triple.id
+    assert asyncio.run(verifier.final(double, RIGHT, "python")).passed == 2
+    assert asyncio.run(verifier.final(triple, RIGHT, "python")).passed == 0
+    tests = [StdioTest("5\n", "10\n")]
+    assert asyncio.run(verifier.validate(double, tests, "python")).confirmed == tests
+    assert asyncio.run(verifier.validate(triple, tests, "python")).confirmed == []
+    assert asyncio.run(verifier.attempt(double, RIGHT, "python", [])).samples_ok
+    assert not asyncio.run(verifier.attempt(triple, RIGHT, "python", [])).samples_ok
+
+
+def test_the_submitted_program_is_the_attempt_that_passed_the_most_tests(pool, tokenizer):
+    # Attempt 1 passes the sample and 1 of 2 confirmed tests; attempt 2 fails the sample.
+    policy = ScriptedPolicy(
+        tokenizer, {"solver": [fenced(WRONG), fenced(ECHO)], "testgen": [TWO_TESTS] * 2}
+    )
+    roles = {"hypothesis": "off", "solver": "policy", "testgen": "policy", "summarizer": "off"}
+    episode = asyncio.run(
+        runner(pool, tokenizer, policy, roles=roles, max_turns=2).run(double_problem(), 6)
+    )
+    assert episode.stop == "max_turns"
+    assert episode.program == (WRONG, "python")  # not the latest compiled program (ECHO)
+    assert episode.program_rank == (1, 2)  # samples ok; the sample and 1 -> 2 passed
 
 
 def test_unparsable_outputs_are_penalised_turns_and_a_confirmed_test_costs_the_solver(

@@ -7,11 +7,17 @@ import os
 import signal
 
 import pytest
+import torch
 
 from ascent.config import load_config
 from ascent.config.rewards import SandboxSection
+from ascent.errors import AscentError
+from ascent.rollout.agentic.producer import Group
+from ascent.rollout.agentic.roles import PolicySnapshot
+from ascent.rollout.agentic.transcript import Episode
 from ascent.train.agentic_step import AgenticTrainer
 from ascent.train.llm import train_llm
+from ascent.train.llm_setup import build_run
 from ascent.train.rundir import RunDir
 from tests.api.scripted_server import ScriptedServer, ok
 from tests.rewards.conftest import isolation_or_skip
@@ -27,6 +33,7 @@ SHORT = [
     "logging.sample_every=3",
     "logging.num_samples=16",
 ]
+TINY = "examples/agentic_tiny.toml"
 AGENTIC_METRICS = (
     "reward", "reward/immediate", "reward/delayed", "agentic/turns", "agentic/summarizations",
     "agentic/staleness", "agentic/staleness_max", "agentic/tokens/solver", "agentic/unparsable",
@@ -86,6 +93,47 @@ def test_an_interrupted_agentic_run_saves_and_resumes(tmp_path, monkeypatch):
     assert max(r["agentic/staleness_max"] for r in rows) <= cfg.agentic.max_staleness
 
 
+class SandboxDown:
+    """A producer whose every episode a sandbox failure left unjudged."""
+
+    def __init__(self, problem) -> None:
+        self.problem = problem
+
+    def take(self, n: int, version: int):
+        episodes = []
+        for _ in range(2):
+            ep = Episode(self.problem, None, 0)  # type: ignore[arg-type]
+            ep.stop, ep.detail = "sandbox_error", {"sandbox_error": "cgroup not writable\nat /x"}
+            episodes.append(ep)
+        return [Group(0, episodes, version)] * n, []
+
+    def publish(self, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_steps_with_nothing_to_train_on_stop_the_run_after_max_skipped_steps(tmp_path):
+    cfg = load_config(TINY, [f'run.output_dir="{tmp_path}"', "data.eval_size=10",
+                             "agentic.max_skipped_steps=2"])  # fmt: skip
+    run = build_run(cfg, torch.device("cpu"))
+    trainer = AgenticTrainer(run)
+    try:
+        trainer.producer = SandboxDown(run.task.train[0])  # type: ignore[assignment]
+        trainer.snapshot = PolicySnapshot(run.policy, 0)
+        metrics, _ = trainer.step(run, 1)  # one skipped step is logged, not fatal
+        per_step = 2 * run.prompts_per_step
+        assert metrics["update_skipped"] == 1.0 and metrics["agentic/sandbox_errors"] == per_step
+        with pytest.raises(AscentError, match="2 steps in a row had no episode") as err:
+            trainer.step(run, 2)
+        message = str(err.value)
+        assert f"{2 * per_step} x sandbox error: cgroup not writable at /x" in message
+        assert "\n" not in message and "max_skipped_steps" in message
+    finally:
+        trainer.close()
+
+
 def code_problems(path) -> None:
     rows = [
         {
@@ -94,6 +142,7 @@ def code_problems(path) -> None:
             "tests": [{"input": f"{n}\n", "output": f"{n * k}\n"} for n in (3, 11)],
             "sample_tests": [{"input": "1\n", "output": f"{k}\n"}],
             "reference_solution": f"print(int(input()) * {k})\n",
+            "reference_language": "python",
         }
         for k in range(2, 9)
     ]
@@ -117,7 +166,8 @@ def test_api_roles_answer_through_the_api_channel_and_their_usage_is_saved(tmp_p
             "examples/agentic_tiny.toml",
             f'data.path="{data}"',
             'data.columns={prompt="statement", answer="id", id="id", '
-            'extra=["tests", "sample_tests", "reference_solution"]}',
+            'extra=["tests", "sample_tests", "reference_solution", '
+            '"reference_language"]}',
             "data.eval_size=2",
             'reward.functions=["code"]',
             'api.base_url="' + server.url + '/v1"',
@@ -141,7 +191,7 @@ def test_api_roles_answer_through_the_api_channel_and_their_usage_is_saved(tmp_p
     # The tiny character model cannot write a code fence: every solve is a recorded,
     # penalised turn, never a crash; testgen is asked only for programs, so not at all.
     assert rows[-1]["agentic/unparsable"] == 1.0
-    assert rows[-1]["reward/immediate"] == -0.1
+    assert rows[-1]["reward/immediate"] == load_config(TINY).agentic.unparsable_reward
     assert "testgen" not in usage
 
 

@@ -5,8 +5,9 @@ program, the test generator writes tests against it, and the verifier runs the p
 sample tests and on the generated tests the reference solution confirms. A program that passes
 them all is submitted; otherwise the verdict is fed back and the next attempt starts. Before an
 attempt, a transcript longer than summarize_threshold tokens is compressed by the summarizer,
-and the policy's threads start again from the summary. The submitted program (the latest that
-compiled) is judged on the hidden tests: the delayed reward.
+and the policy's threads start again from the summary. The submitted program (the compiled one
+that passed the most sample and confirmed generated tests, the latest of equals) is judged on
+the hidden tests: the delayed reward.
 
 A role output that cannot be parsed (no code block, malformed tests) is a recorded turn with
 unparsable_reward, never an exception; the episode goes on without it.
@@ -68,6 +69,9 @@ class EpisodeRunner:
 
     async def run(self, problem: Problem, uid: int) -> Episode:
         ep = Episode(problem, self.fmt.code_problem(problem), uid)
+        uses_reference = self.s.roles["testgen"] != "off" or self.s.roles["solver"] == "scripted"
+        if uses_reference and ep.code.reference_solution and not ep.code.is_function:
+            ep.reference_language = self.fmt.reference_language(problem, ep.code)
         for attempt in range(self.s.max_turns):
             ep.attempts = attempt + 1
             if self._transcript_tokens(ep) > self.s.summarize_threshold:
@@ -120,23 +124,30 @@ class EpisodeRunner:
             solve.parsed, solve.reward, solve.note = False, self.s.unparsable_reward, "no program"
             return None
         code, language = parsed[0], parsed[1] or self.s.default_language
-        validation = await self.verifier.validate(ep.code, tests or [])
+        validation = await self.verifier.validate(ep.code, tests or [], ep.reference_language)
         verdict = await self.verifier.attempt(ep.code, code, language, validation.confirmed)
         if verdict.sandbox_error:
             ep.stop, ep.detail = "sandbox_error", {"sandbox_error": verdict.sandbox_error}
             return verdict
         penalty = self.s.adversarial_penalty if verdict.broken else 0.0
-        solve.reward = verdict.tier + penalty
+        solve.reward, solve.broken = verdict.tier + penalty, verdict.broken
         solve.note = "broken by a confirmed generated test" if verdict.broken else ""
         if tests_turn is not None:
+            tests_turn.tests_proposed = validation.proposed
+            tests_turn.tests_confirmed = len(validation.confirmed)
             tests_turn.note = f"{len(validation.confirmed)}/{validation.proposed} confirmed"
+            if validation.hidden_copies:
+                tests_turn.note += f" ({validation.hidden_copies} copied a hidden test's input)"
             if tests is None:
                 tests_turn.parsed, tests_turn.reward = False, self.s.unparsable_reward
                 tests_turn.note = "no tests could be read"
             else:
                 tests_turn.reward = -penalty
-        if verdict.compiled or ep.program is None:
-            ep.program = (code, language)
+        # Submit the best attempt: compiled and passing the samples, then the most tests
+        # passed; the latest of equals (it read the most feedback).
+        rank = (int(verdict.compiled and verdict.samples_ok is not False), verdict.passed)
+        if (verdict.compiled and rank >= ep.program_rank) or ep.program is None:
+            ep.program, ep.program_rank = (code, language), rank
         return verdict
 
     async def _submit(self, ep: Episode) -> None:

@@ -22,7 +22,7 @@ from ascent.data import Problem
 from ascent.data.code_problems import NORMALISERS, CodeProblem, RowError
 from ascent.errors import AscentError
 from ascent.registry import Registry
-from ascent.rewards.code import extract_code
+from ascent.rewards.code import extract_code, language_name
 from ascent.rewards.judge import StdioTest, parse_stdio_tests
 from ascent.rollout.agentic.transcript import ROLE_OUTPUT, Episode, Event
 from ascent.rollout.agentic.verify import AttemptVerdict
@@ -78,6 +78,20 @@ class CodeFormat:
             return NORMALISERS[fmt](row, problem.key)
         except RowError as err:
             raise AscentError(f"problem {problem.key}: not a code problem ({err})") from None
+
+    def reference_language(self, problem: Problem, code: CodeProblem) -> str:
+        """The language the reference solution runs in: the problem's `reference_language`
+        column (python or cpp); refused when there is none (running it in the solver's
+        default language would confirm tests with a program that may not even compile)."""
+        name = problem.columns.get("reference_language")
+        if not name:
+            raise AscentError(
+                f"problem {code.id}: the language of its reference solution is unknown; add a "
+                "reference_language column (python or cpp) and list it in [data] columns extra"
+            )
+        language = language_name(str(name), f"problem {code.id}: reference_language")
+        assert language is not None
+        return language
 
     # -- what roles read ---------------------------------------------------------------------
 
@@ -157,7 +171,9 @@ class CodeFormat:
             )
         if role == "solver":
             ref = code.reference_solution
-            return f"```python\n{ref}```" if ref else "no reference solution to play the solver"
+            if not ref:
+                return "no reference solution to play the solver"
+            return f"```{episode.reference_language}\n{ref}```"
         if role == "testgen":
             tests = [{"input": t.input, "output": t.output} for t in code.sample_tests]
             return f"```json\n{json.dumps(tests)}\n```"

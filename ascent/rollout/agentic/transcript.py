@@ -46,6 +46,9 @@ class Turn:
     tokens: int = 0  # tokens generated (policy / API) or, for a script, in the policy tokenizer
     version: int | None = None  # policy version that generated it (policy turns)
     note: str = ""  # why it was penalised, an API error, ...
+    broken: bool = False  # solve turns: a confirmed generated test broke the program
+    tests_proposed: int = 0  # testgen turns: tests read from its output
+    tests_confirmed: int = 0  # ... of which the reference solution confirmed
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -57,6 +60,10 @@ class Turn:
             "reward": self.reward,
             "tokens": self.tokens,
         }
+        if self.role == "testgen":
+            out |= {"tests_proposed": self.tests_proposed, "tests_confirmed": self.tests_confirmed}
+        if self.role == "solver":
+            out["broken"] = self.broken
         return out | ({"note": self.note} if self.note else {})
 
 
@@ -112,7 +119,9 @@ class Episode:
     open_threads: dict[str, PolicyThread] = field(default_factory=dict)
     attempts: int = 0  # solve attempts made
     summaries: int = 0
+    reference_language: str | None = None  # of the reference solution, when tests need it
     program: tuple[str, str] | None = None  # the program submitted: (code, language)
+    program_rank: tuple[int, int] = (-1, -1)  # (compiled and samples ok, tests passed) of it
     delayed: float | None = None  # hidden-test reward of the submitted program; None: unjudged
     solved: bool = False
     stop: str = ""  # accepted, max_turns, context, no_program

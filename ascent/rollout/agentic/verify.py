@@ -1,15 +1,19 @@
 """The verifier of an episode: the sandbox judges each attempt and the submitted program.
 
-Per attempt (`attempt`): compile, run the sample tests, then the generated tests that the
-problem's reference solution confirms (`validate`: the reference runs on each generated input
-and a test counts only when its expected output matches; without a reference solution no
-generated test counts). The attempt's tier comes from `[reward.code]` (compile_error_reward,
-compile_reward, sample_reward); a confirmed generated test that the program fails is what the
-adversarial term charges the solver for. The submitted program is then judged on the hidden
-tests (`final`): the episode's delayed reward, pass_reward (or its partial credit).
+Per attempt (`attempt`): compile, run the sample tests, then every generated test that the
+problem's reference solution confirms (`validate`: the reference runs, in the problem's
+reference language, on each generated input and a test counts only when its expected output
+matches; without a reference solution no generated test counts, and neither does one whose
+input is a hidden test's: it would show the hidden answer in the feedback). The attempt's tier
+comes from `[reward.code]` (compile_error_reward, compile_reward, sample_reward); a confirmed
+generated test that the program fails is what the adversarial term charges the solver for,
+and the tests it passed rank it against the episode's other attempts. The submitted program
+is then judged on the hidden tests (`final`): the episode's delayed reward, pass_reward (or
+its partial credit).
 
-Programs are deterministic, so verdicts are cached per problem, program and tests: the G
-episodes of a problem often write the same program, and only the first is run.
+Programs are deterministic, so verdicts are cached by content (the problem's tests, limits and
+reference solution, the program, its language, the generated tests): the G episodes of a
+problem often write the same program, and only the first is run.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, TypeVar
 
 from ascent.config.rewards import CodeRewardSection, SandboxSection
 from ascent.data.code_problems import CodeProblem
+from ascent.errors import AscentError
 from ascent.rewards.code import CodeVerdict, judge_task, make_task
 from ascent.rewards.judge import StdioTest, outputs_match
 from ascent.rewards.sandbox import Limits, Program, SandboxPool, Worker
@@ -51,6 +56,7 @@ class AttemptVerdict:
     samples_ok: bool | None  # None: the problem shows no sample tests
     tier: float  # [reward.code] tier of the attempt: compile_error / compile / sample reward
     broken: bool = False  # a confirmed generated test failed
+    passed: int = 0  # sample and confirmed generated tests passed (all are run)
     failure: Failure | None = None  # the first failed sample, else the first broken test
     compile_log: str = ""
     sandbox_error: str = ""  # not the program's fault: the attempt is not judged
@@ -67,21 +73,27 @@ class Validation:
 
     proposed: int
     confirmed: list[StdioTest] = field(default_factory=list)
+    hidden_copies: int = 0  # proposed tests whose input is a hidden test's (never counted)
 
 
-def _first_failure(
+def _same_input(a: str, b: str) -> bool:
+    return a.split() == b.split()
+
+
+def _failures(
     worker: Worker, program: Program, tests: list[StdioTest], limits: Limits, kind: str, tol: float
-) -> Failure | str | None:
-    """The first test the program fails, a sandbox failure's detail (str), or None."""
+) -> list[Failure] | str:
+    """Every test the program fails, in order, or a sandbox failure's detail (str)."""
+    failed = []
     for test in tests:
         run = worker.run(program, test.input, limits)
         if run.status == "sandbox_error":
             return run.detail or "sandbox error"
         if run.status != "ok":
-            return Failure(kind, run.status, test.input, test.output, run.stdout)
-        if not outputs_match(test.output, run.stdout, tol):
-            return Failure(kind, "wrong_answer", test.input, test.output, run.stdout)
-    return None
+            failed.append(Failure(kind, run.status, test.input, test.output, run.stdout))
+        elif not outputs_match(test.output, run.stdout, tol):
+            failed.append(Failure(kind, "wrong_answer", test.input, test.output, run.stdout))
+    return failed
 
 
 def judge_attempt(
@@ -93,7 +105,8 @@ def judge_attempt(
     cfg: CodeRewardSection,
     sandbox_cfg: SandboxSection,
 ) -> AttemptVerdict:
-    """Compile, run the samples, then the confirmed generated tests; stop at a failure."""
+    """Compile, run the samples and, when they pass, every confirmed generated test; the
+    failure shown is the first."""
     program = worker.prepare(code, language)
     try:
         if program.compile.status == "sandbox_error":
@@ -104,22 +117,24 @@ def judge_attempt(
         limits = Limits.for_run(sandbox_cfg, problem.time_limit_ms)
         tol = cfg.float_tolerance
         verdict = AttemptVerdict(True, None, cfg.compile_reward)
-        if problem.sample_tests:
-            found = _first_failure(
-                worker, program, list(problem.sample_tests), limits, "sample", tol
-            )
+        samples = list(problem.sample_tests)
+        if samples:
+            found = _failures(worker, program, samples, limits, "sample", tol)
             if isinstance(found, str):
                 verdict.sandbox_error = found
                 return verdict
-            verdict.samples_ok, verdict.failure = found is None, found
-            if found is not None:
+            verdict.samples_ok, verdict.passed = not found, len(samples) - len(found)
+            if found:
+                verdict.failure = found[0]
                 return verdict
             verdict.tier = cfg.sample_reward
-        found = _first_failure(worker, program, generated, limits, "generated", tol)
+        found = _failures(worker, program, generated, limits, "generated", tol)
         if isinstance(found, str):
             verdict.sandbox_error = found
-        elif found is not None:
-            verdict.broken, verdict.failure = True, found
+        else:
+            verdict.passed += len(generated) - len(found)
+            if found:
+                verdict.broken, verdict.failure = True, found[0]
         return verdict
     finally:
         worker.drop(program)
@@ -164,6 +179,8 @@ class Verifier:
         self.pool = pool
         self.cfg = cfg
         self.sandbox_cfg = sandbox_cfg
+        # keyed by content: the CodeProblem itself (its tests, limits, reference solution), the
+        # program, its language and the generated tests; never by the problem's id alone
         self._cache: OrderedDict[tuple[Any, ...], Future[Any]] = OrderedDict()
         self.runs = 0  # jobs sent to the sandbox (cache misses)
         self.hits = 0
@@ -181,31 +198,42 @@ class Verifier:
             self._cache.move_to_end(key)
         return await asyncio.wrap_future(future)
 
-    async def validate(self, problem: CodeProblem, tests: list[StdioTest]) -> Validation:
-        """Keep the generated tests whose expected output the reference solution produces."""
+    async def validate(
+        self, problem: CodeProblem, tests: list[StdioTest], reference_language: str | None
+    ) -> Validation:
+        """Keep the generated tests whose expected output the reference solution (run in
+        `reference_language`) produces and whose input is not a hidden test's."""
         if problem.reference_solution is None or problem.is_function or not tests:
             return Validation(len(tests))
-        inputs = sorted({t.input for t in tests})
-        language, cfg = self.cfg.default_language, self.sandbox_cfg
-        key = ("reference", problem.id, tuple(inputs))
+        if reference_language is None:
+            raise AscentError(
+                f"problem {problem.id}: the language of its reference solution is unknown; "
+                "give the problem a reference_language column (python or cpp)"
+            )
+        fresh = [
+            t for t in tests if not any(_same_input(t.input, h.input) for h in problem.hidden_tests)
+        ]
+        inputs = sorted({t.input for t in fresh})
+        cfg = self.sandbox_cfg
+        key = ("reference", problem, reference_language, tuple(inputs))
         outputs = await self._cached(
-            key, lambda w: reference_outputs(w, problem, language, inputs, cfg)
+            key, lambda w: reference_outputs(w, problem, reference_language, inputs, cfg)
         )
         by_input = dict(zip(inputs, outputs, strict=True))
         confirmed = [
             t
-            for t in tests
+            for t in fresh
             if by_input[t.input] is not None
             and outputs_match(t.output, by_input[t.input], self.cfg.float_tolerance)
         ]
-        return Validation(len(tests), confirmed)
+        return Validation(len(tests), confirmed, len(tests) - len(fresh))
 
     async def attempt(
         self, problem: CodeProblem, code: str, language: str, generated: list[StdioTest]
     ) -> AttemptVerdict:
         if problem.is_function:  # no stdin tests to run per attempt: compiling is the check
             generated = []
-        key = ("attempt", problem.id, code, language, tuple(generated))
+        key = ("attempt", problem, code, language, tuple(generated))
         cfg, sandbox_cfg = self.cfg, self.sandbox_cfg
         return await self._cached(
             key,
@@ -215,7 +243,7 @@ class Verifier:
     async def final(self, problem: CodeProblem, code: str, language: str) -> CodeVerdict:
         cfg, sandbox_cfg = self.cfg, self.sandbox_cfg
         return await self._cached(
-            ("final", problem.id, code, language),
+            ("final", problem, code, language),
             lambda w: judge_final(w, problem, code, language, cfg, sandbox_cfg),
         )
 
