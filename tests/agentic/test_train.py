@@ -197,8 +197,11 @@ def test_api_roles_answer_through_the_api_channel_and_their_usage_is_saved(tmp_p
 
 @pytest.mark.slow
 def test_tiny_agentic_recipe_learns_on_a_cpu(tmp_path, request):
-    """examples/agentic_tiny.toml as shipped (5-6 minutes on 2 quiet cores): run it with
-    `pytest -m slow`. Held-out first-attempt accuracy and the delayed reward both rise."""
+    """examples/agentic_tiny.toml as shipped (about 11 minutes on 2 cores): run it with
+    `pytest -m slow`. Held-out first-attempt accuracy and the delayed reward both rise; the
+    recipe measured 21.5% -> 39.5% held-out and a delayed reward of 0.24 -> 0.32 (first /
+    last 50 steps), so these bounds (+5 points, +0.02) leave a wide margin for run-to-run
+    noise from the asynchronous producer."""
     selected = request.config.getoption("markexpr") or ""
     if "slow" not in selected or "not slow" in selected:
         pytest.skip("minutes long: run with -m slow")
