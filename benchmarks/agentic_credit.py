@@ -3,8 +3,9 @@
 Runs examples/agentic_tiny.toml three times, identical except for
 [agentic] immediate_reward_weight / delayed_reward_weight:
 
-    immediate   1.0 / 0.0   each turn credited by its own reward only (compiles, -0.5 when a
-                            confirmed generated test breaks it); the outcome is never seen
+    immediate   1.0 / 0.0   each turn credited by its own reward only (compiles 0.1, -0.5 when
+                            a confirmed generated test breaks it, which the scripted column
+                            tests do to every wrong answer); the outcome is never seen
     delayed     0.0 / 1.0   every turn credited by the episode's hidden-test reward only
     mixed       0.3 / 0.7   the write-up's mix
 
@@ -12,7 +13,7 @@ and compares the delayed reward (does the submitted program pass the hidden test
 immediate reward, and held-out first-attempt accuracy. Figures (SVG, no plotting library
 needed) go to benchmarks/figures/agentic_credit_*.svg; the runs to --out.
 
-    .venv/bin/python benchmarks/agentic_credit.py                 # 3 x 300 steps, ~15 min
+    .venv/bin/python benchmarks/agentic_credit.py                 # 3 x 400 steps, ~35 min
     .venv/bin/python benchmarks/agentic_credit.py --steps 12 --figures /tmp/figs  # smoke
 
 The last line printed is one JSON object with the figures.
@@ -125,7 +126,7 @@ def window_mean(rows: list[dict[str, Any]], key: str, first: bool, n: int) -> fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=300, help="training steps per variant")
+    parser.add_argument("--steps", type=int, default=400, help="training steps per variant")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--out", type=Path, default=Path("runs/agentic_credit"))
     parser.add_argument("--figures", type=Path, default=FIGURES, help="where the SVGs go")
