@@ -47,7 +47,6 @@ import tomli_w  # noqa: E402
 
 from ascent.config import load_config  # noqa: E402
 from ascent.train import run_training  # noqa: E402
-from benchmarks import agentic_credit  # noqa: E402
 from benchmarks.agentic_credit import smoothed, svg_chart  # noqa: E402
 
 FIGURES = ROOT / "benchmarks" / "figures"
@@ -69,7 +68,7 @@ GAE_ARMS = {
     ],
 }
 GAE_BASE = ["train.total_steps=250", "train.eval_steps=50"]
-# Legend labels short enough for svg_chart's legend, which colours a series by its name
+# Legend labels short enough for svg_chart's legend, and each label's colour
 LABELS = {
     "history_resampling": "resampling",
     "none": "none",
@@ -77,15 +76,13 @@ LABELS = {
     "length_adaptive alpha=0.05 (paper)": "alpha=0.05",
     "fixed lambda=0.95": "lam=0.95",
 }
-agentic_credit.COLOURS.update(
-    {
-        "resampling": "#2ca02c",
-        "none": "#d62728",
-        "alpha=1.0": "#2ca02c",
-        "alpha=0.05": "#ff7f0e",
-        "lam=0.95": "#1f77b4",
-    }
-)
+COLOURS = {
+    "resampling": "#2ca02c",
+    "none": "#d62728",
+    "alpha=1.0": "#2ca02c",
+    "alpha=0.05": "#ff7f0e",
+    "lam=0.95": "#1f77b4",
+}
 ACCURACY = [("before", "held-out before"), ("after", "held-out after")]
 HISTORY_COLUMNS = [
     ("zero_std_late", "zero-variance groups, last 20%"),
@@ -199,14 +196,14 @@ def figures(name: str, arms: dict[str, dict[str, Any]], curves: dict[str, str], 
     for key, title in curves.items():
         series = {LABELS[arm]: smoothed(seed_mean(a["rows"], key), key) for arm, a in arms.items()}
         paths.append(out / f"ablation_{name}_{key.replace('/', '_')}.svg")
-        svg_chart(f"{title}, moving average", series, paths[-1])
+        svg_chart(f"{title}, moving average", series, paths[-1], COLOURS)
     accuracy = {
         LABELS[arm]: [(0, a["before"])]
         + [(s["step"], s["eval/accuracy"]) for s in seed_mean(a["rows"], "eval/accuracy")]
         for arm, a in arms.items()
     }
     paths.append(out / f"ablation_{name}_accuracy.svg")
-    svg_chart("held-out accuracy", accuracy, paths[-1])
+    svg_chart("held-out accuracy", accuracy, paths[-1], COLOURS)
     return [str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p) for p in paths]
 
 

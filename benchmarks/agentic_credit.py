@@ -79,8 +79,14 @@ def smoothed(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     return out
 
 
-def svg_chart(title: str, series: dict[str, list[tuple[int, float]]], path: Path) -> None:
-    """A line chart as a standalone SVG file."""
+def svg_chart(
+    title: str,
+    series: dict[str, list[tuple[int, float]]],
+    path: Path,
+    colours: dict[str, str] | None = None,
+) -> None:
+    """A line chart as a standalone SVG file; `colours` by series name (default: COLOURS)."""
+    colours = COLOURS if colours is None else colours
     w, h, pad = 640, 360, 50
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
@@ -107,7 +113,7 @@ def svg_chart(title: str, series: dict[str, list[tuple[int, float]]], path: Path
     ]
     for i, (name, pts) in enumerate(series.items()):
         line = " ".join(px(x, y) for x, y in pts)
-        colour = COLOURS.get(name, "black")
+        colour = colours.get(name, "black")
         dots = [px(x, y).split(",") for x, y in pts] if len(pts) < 10 else []
         marker = "".join(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{colour}"/>' for cx, cy in dots)
         parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
