@@ -235,23 +235,39 @@ def _mount_subapps() -> None:
 _mount_subapps()
 
 
+def _click_error_classes() -> tuple[type[Exception], ...]:
+    """Usage errors: recent typer releases parse with a vendored copy of click whose
+    exceptions are not the click package's classes, so both are caught."""
+    classes: list[type[Exception]] = [click.ClickException]
+    try:
+        from typer._click.exceptions import ClickException as Vendored
+    except ImportError:  # a typer that parses with the click package itself
+        return tuple(classes)
+    return (*classes, Vendored)
+
+
+_CLICK_ERROR = _click_error_classes()
+_ABORT = (click.exceptions.Abort, typer.Abort)
+_EXIT = (click.exceptions.Exit, typer.Exit)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
     try:
-        app(args=args, standalone_mode=False)
+        app(args=args, prog_name="ascent", standalone_mode=False)
     except AscentError as err:
         if _state["debug"]:
             raise
         typer.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except _ABORT:
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except click.exceptions.ClickException as err:
+    except _CLICK_ERROR as err:
         err.show()
         sys.exit(err.exit_code)
-    except click.exceptions.Exit as err:
+    except _EXIT as err:
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

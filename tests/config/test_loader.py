@@ -144,3 +144,17 @@ def test_every_example_config_shows(example, run_cli):
     code, out, err = run_cli("config", "show", str(example))
     assert code == 0, err
     assert tomllib.loads(out)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("train", "--no-such-flag"), "No such option: --no-such-flag"),
+        (("no-such-command",), "No such command 'no-such-command'"),
+        (("train", "--set"), "Option '--set' requires an argument"),
+    ],
+)
+def test_command_line_mistakes_get_a_usage_error_not_a_traceback(run_cli, args, message):
+    code, _, err = run_cli(*args)
+    assert code == 2 and message in err
+    assert "Traceback" not in err and err.startswith(("Usage: ascent", "Error:"))
