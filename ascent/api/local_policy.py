@@ -58,11 +58,16 @@ def find_model_dir(target: str | Path) -> Path:
     )
 
 
-def _run_config(model_dir: Path) -> Path | None:
-    """The config.toml of the run a checkpoint or model directory lies in."""
-    for parent in [model_dir.resolve(), *list(model_dir.resolve().parents)[:3]]:
+def _run_model(path: Path) -> Any | None:
+    """The LLM `[model]` section of the run `path` (a checkpoint or model directory) lies in:
+    the nearest config.toml at or above it; None when there is none or it is not an LLM run."""
+    from ascent.config import load_config
+    from ascent.config.llm import LLMConfig
+
+    for parent in [path.resolve(), *list(path.resolve().parents)[:3]]:
         if (parent / "config.toml").is_file():
-            return parent / "config.toml"
+            cfg = load_config(parent / "config.toml")
+            return cfg.model if isinstance(cfg, LLMConfig) else None
     return None
 
 
@@ -71,12 +76,10 @@ def export_checkpoint(ckpt: Path) -> Path:
     the run's [model] rebuilt, the checkpoint's weights loaded, LoRA adapters merged."""
     import torch
 
-    from ascent.config import load_config
     from ascent.models import load_policy, load_tokenizer
     from ascent.train.checkpoint import export_model, load_checkpoint
 
-    config = _run_config(ckpt)
-    model_cfg = getattr(load_config(config), "model", None) if config is not None else None
+    model_cfg = _run_model(ckpt)
     if model_cfg is None:
         raise AscentError(
             f"{ckpt}: a trainer checkpoint, but no LLM run config.toml above it to rebuild the "
@@ -96,12 +99,7 @@ def run_tokenizer(model_dir: Path) -> str | None:
     """Where the tokenizer is when a checkpoint saved only the weights: the run's [model]."""
     if any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         return None
-    config = _run_config(model_dir.parent)
-    if config is None:
-        return None
-    from ascent.config import load_config
-
-    model = getattr(load_config(config), "model", None)
+    model = _run_model(model_dir.parent)
     return None if model is None else model.tokenizer or model.name_or_path
 
 

@@ -279,3 +279,12 @@ def test_a_checkpoint_without_tokenizer_files_uses_the_runs_tokenizer(policy, tm
     (run_dir / "config.toml").write_text(f'[model]\nname_or_path = "{MODEL}"\n')
     served = LocalPolicy.load(str(weights.parent), device="cpu")
     assert served.count_tokens("12+34=") == 6
+
+
+def test_a_classic_ppo_checkpoint_is_refused_in_one_line(tmp_path):
+    ckpt = tmp_path / "ppo" / "checkpoints" / "step-000010"
+    ckpt.mkdir(parents=True)
+    (tmp_path / "ppo" / "config.toml").write_text('[env]\nid = "CartPole-v1"\n')
+    (ckpt / "state.pt").write_bytes(b"")
+    with pytest.raises(AscentError, match=r"no LLM run config\.toml above it"):
+        find_model_dir(ckpt)
