@@ -35,7 +35,9 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
     pip install -q torch
   else
     echo "== installing torch (CPU build: no NVIDIA GPU found)"
-    pip install -q --no-index "torch==2.13.0+cpu" 2>/dev/null ||
+    # the CPU wheel from a find-links folder when the machine has one (its dependencies
+    # from PyPI), else PyTorch's CPU index
+    pip install -q "torch==2.13.0+cpu" 2>/dev/null ||
       pip install -q torch --index-url https://download.pytorch.org/whl/cpu \
         --extra-index-url https://pypi.org/simple
   fi
