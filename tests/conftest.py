@@ -8,20 +8,26 @@ from pathlib import Path
 import pytest
 import torch
 
+from ascent.data.bundled import bundled_dir
+
 # Two-core machines: one torch thread keeps tests fast while sandbox workers run beside them.
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _denormals_as_torch_starts():
+    """Runs flush denormals process-wide (ascent.train.runtime); hypothesis refuses to draw
+    floats in a process that does, so every test starts from torch's default."""
+    torch.set_flush_denormal(False)
 
 
 @pytest.fixture
 def shared_data() -> Path:
-    """The real data sets in ../shared/data; tests that need them skip when it is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent (see ../shared/data/README.md)")
-    return SHARED_DATA
+    """The real data sets bundled in the package (ascent/assets/data)."""
+    return bundled_dir()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -212,13 +213,13 @@ def _or(options: list[int]) -> str:
 
 def _divisors_near(n: int, around: int) -> list[int]:
     """The two divisors of n closest to `around` (for messages that propose valid values)."""
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    divisors = [d for d in range(1, min(n, 1 << 16) + 1) if n % d == 0] + [n] * (n > 1 << 16)
     return sorted(sorted(divisors, key=lambda d: (abs(d - around), d))[:2])
 
 
 def _rollouts_near(rollout_steps: int, num_envs: int, batch_size: int) -> list[int]:
     """rollout_steps just below and above the given one with rollout x num_envs % batch == 0."""
-    step = next(s for s in range(1, batch_size + 1) if (s * num_envs) % batch_size == 0)
+    step = batch_size // math.gcd(num_envs, batch_size)  # smallest s with s x num_envs % batch == 0
     lower = max(step, rollout_steps // step * step)
     return sorted({lower, lower + step})
 
@@ -243,7 +244,7 @@ def check_env(env_id: str) -> None:
     if sep:
         try:
             importlib.import_module(module)
-        except ImportError as err:
+        except (ImportError, TypeError, ValueError) as err:  # TypeError: ".x:Id"; ValueError: ":Id"
             raise ValueError(
                 f"[env] id {env_id!r}: cannot import module {module!r} ({err}); "
                 "install the package that provides the environment"
@@ -284,6 +285,10 @@ def merge_settings_json(
         settings = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: invalid JSON: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save it as UTF-8 JSON") from None
+    except (RecursionError, ValueError):  # ValueError: an integer of 4300+ digits
+        raise ConfigError(f"{path}: nested too deeply or a number too long to read") from None
     if not isinstance(settings, dict):
         raise ConfigError(f'{path}: expected a JSON object such as {{"device": "cpu"}}')
     for key in settings:

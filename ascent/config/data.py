@@ -50,11 +50,14 @@ class DataSection(Section):
     task: str = Field("arithmetic", description="Built-in task: arithmetic or countdown.")
     path: str | None = Field(
         None,
-        description="Problems from a JSONL or Parquet file or a `datasets.save_to_disk` "
-        "directory instead of a built-in task.",
+        description="Problems from a JSONL or Parquet file, a `datasets.save_to_disk` "
+        "directory, a bundled set (ascent:gsm8k_test) or a Hugging Face hub id "
+        "(owner/name, where the hub is reachable) instead of a built-in task.",
     )
-    format: Literal["auto", "jsonl", "parquet", "datasets"] = Field(
-        "auto", description="Format of path and eval_path; auto: from the suffix / directory."
+    format: Literal["auto", "jsonl", "parquet", "datasets", "hub"] = Field(
+        "auto",
+        description="Format of path and eval_path; auto: from the suffix / directory, and a "
+        "missing path shaped owner/name is a hub id; hub: datasets.load_dataset(path).",
     )
     split: str = Field("train", description="Split to train on when path holds a DatasetDict.")
     eval_path: str | None = Field(

@@ -1,7 +1,7 @@
 """Config section for `ascent eval` of LLM policies: `[eval]`.
 
     [eval]
-    problems = "../shared/data/code_contests_sample.jsonl"
+    problems = "ascent:code_contests_sample"   # bundled; or a path
     policy = "api"          # or "local": [model] / the run directory's checkpoint
     role = "solver"         # the [models] role that answers (policy = "api")
     num_samples = 4
@@ -31,8 +31,9 @@ class EvalSection(Section):
 
     problems: str = Field(
         "",
-        description="JSONL problem file (.jsonl or .jsonl.gz); a relative path is looked up "
-        "from the current directory, then beside the config file.",
+        description="JSONL problem file (.jsonl or .jsonl.gz), or a bundled set: "
+        "ascent:code_contests_sample, ascent:humaneval, ascent:gsm8k_test; a relative path is "
+        "looked up from the current directory, then beside the config file.",
     )
     format: Literal["auto", "code_contests", "humaneval", "code", "math"] = Field(
         "auto",

@@ -2,7 +2,8 @@
 
 Each function raises `ValueError("[section] key: what is wrong; what to do")` (the loader turns
 it into one line naming the file) and returns nothing when the config is sound. They are
-`LLMConfig`'s validators, written out here to keep the section models short.
+`LLMConfig`'s validators, written out here to keep the section models short. `inert_settings`
+returns warnings instead: settings that are legal but can have no effect in this config.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ JUDGING_REWARDS = frozenset({"math", "countdown"})
 
 def _divisors_near(n: int, around: int) -> list[int]:
     """Two divisors of n closest to `around`, for error messages that propose valid values."""
-    divs = [d for d in range(1, n + 1) if n % d == 0 and d > 1]
+    divs = [d for d in range(2, min(n, 1 << 16) + 1) if n % d == 0] + [n] * (n > 1 << 16)
     return sorted(sorted(divs, key=lambda d: (abs(d - around), d))[:2])
 
 
@@ -90,8 +91,10 @@ def batch_arithmetic(cfg: LLMConfig) -> None:
     rows = t.batch_size * ratio
     if ratio and (abs(rows - round(rows)) > 1e-9 or round(rows) % g or round(rows) == 0):
         groups = t.batch_size // g
+        near = round(ratio * groups)  # ratios are k * g / batch_size; k near this one are closest
         options = sorted(
-            {k * g / t.batch_size for k in range(1, groups)}, key=lambda r: abs(r - ratio)
+            {k * g / t.batch_size for k in range(max(1, near - 2), min(groups, near + 3))},
+            key=lambda r: abs(r - ratio),
         )
         raise ValueError(
             f"[sampling] replay_ratio: {ratio} of batch_size {t.batch_size} is {rows:g} "
@@ -231,3 +234,33 @@ def loss_settings(cfg: LLMConfig) -> None:
             f"[algorithm] overlong_buffer: the penalty needs a buffer of 1 to max_new_tokens "
             f"({top}) tokens; try overlong_buffer = {max(1, top // 5)}"
         )
+
+
+def ratio_can_move(cfg: LLMConfig) -> bool:
+    """Whether the importance ratio pi_theta / pi_old can differ from 1 in the policy loss.
+
+    With one optimiser step per batch the policy being updated is the one that sampled it,
+    so the ratio is exactly 1 and no clip can bind. Agentic rows without off-policy
+    correction anchor the clip at the (possibly older) behaviour policy instead.
+    """
+    t, a = cfg.train, cfg.agentic
+    several_updates = t.ppo_epochs > 1 or (t.mini_batch_size or t.batch_size) < t.batch_size
+    behaviour_anchored = a.enabled and not a.off_policy_correction
+    return several_updates or behaviour_anchored
+
+
+def inert_settings(cfg: LLMConfig) -> list[str]:
+    """Warnings for ratio-dependent settings that cannot act in this config."""
+    alg, t = cfg.algorithm, cfg.train
+    if ratio_can_move(cfg):
+        return []
+    clips = [k for k in ("clip_low", "clip_high", "dual_clip") if alg.explicitly_set(k)]
+    if not clips:
+        return []
+    mini = max(1, t.batch_size // 4)
+    return [
+        f"[algorithm] {' / '.join(clips)}: one optimiser step per batch ([train] ppo_epochs = 1, "
+        "mini_batch_size = batch_size), so the ratio pi_theta / pi_old is exactly 1 and the "
+        f"clip never binds; set [train] mini_batch_size = {mini} (4 steps per batch) for it "
+        "to act, or remove the key"
+    ]

@@ -18,7 +18,7 @@ from typing import Any
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
-from ascent.config.classic import ClassicConfig, merge_settings_json
+from ascent.config.classic import SETTINGS_FILE, ClassicConfig, merge_settings_json
 from ascent.config.llm import LLMConfig
 from ascent.errors import ConfigError, did_you_mean
 
@@ -35,25 +35,32 @@ BUILTIN_SOURCE = "<built-in default>"
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyConfig:
     """Read, override and validate a config; raise `ConfigError` with a one-line message."""
     source, raw = _read(path)
+    _refuse_huge_integers(raw, source)
     override_keys = set()
     for item in overrides:
         key = _apply_override(raw, item)
         override_keys.add(key)
     notes: list[str] = []
+    origins = {key: "--set" for key in override_keys}  # where a key's value came from
     if "env" in raw:
-        raw, notes = merge_settings_json(raw, Path(path) if path is not None else None)
+        config_path = Path(path) if path is not None else None
+        given = raw.get("run")
+        raw, notes = merge_settings_json(raw, config_path)
+        if notes and config_path is not None:  # [run] keys the TOML left out: settings.json's
+            settings = str(config_path.parent / SETTINGS_FILE)
+            taken = {k: v for k, v in raw["run"].items() if k not in (given or {})}
+            _refuse_huge_integers({"run": taken}, settings)
+            origins |= {f"run.{key}": settings for key in taken}
         root: type[BaseModel] = ClassicConfig
     else:
         root = LLMConfig
-    if not raw.get("run", {}).get("name"):
-        stem = Path(path).stem if path is not None else Path(BUILTIN_RECIPE).stem
-        raw.setdefault("run", {})
-        if isinstance(raw["run"], dict):
-            raw["run"]["name"] = stem
+    run = raw.setdefault("run", {})
+    if isinstance(run, dict) and not run.get("name"):  # not a table: validation says so
+        run["name"] = Path(path).stem if path is not None else Path(BUILTIN_RECIPE).stem
     try:
         cfg = root.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_describe(err, source, root, override_keys)) from None
+        raise ConfigError(_describe(err, source, root, origins)) from None
     cfg._source = source
     cfg._notes = notes
     return cfg
@@ -66,14 +73,59 @@ def _read(path: str | Path | None) -> tuple[str, dict[str, Any]]:
     else:
         p = Path(path)
         source = str(p)
-        if not p.is_file():
-            hint = " (it is a directory)" if p.is_dir() else ""
-            raise ConfigError(f"{source}: config file not found{hint}; check the path")
-        text = p.read_text(encoding="utf-8")
+        try:
+            if not p.is_file():
+                hint = " (it is a directory)" if p.is_dir() else ""
+                raise ConfigError(f"{source}: config file not found{hint}; check the path")
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            line = err.object.count(b"\n", 0, err.start) + 1
+            raise ConfigError(
+                f"{source}: line {line} is not UTF-8 text (byte {err.object[err.start]:#04x}); "
+                "save the config as UTF-8"
+            ) from None
+        except OSError as err:  # e.g. a name too long, no permission
+            raise ConfigError(
+                f"{source}: cannot read the config ({err.strerror}); check the path"
+            ) from None
     try:
         return source, tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: TOML syntax error: {err}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{source}: arrays or tables nested too deeply to read; flatten them"
+        ) from None
+    except ValueError:  # int() refuses more than sys.get_int_max_str_digits() digits
+        raise ConfigError(f"{source}: an integer is too long; {_INT64_RULE}") from None
+
+
+_INT64 = 2**63
+_INT64_RULE = "TOML integers are 64-bit (-2**63 to 2**63 - 1)"
+
+
+def _huge_integer_at(node: Any) -> tuple[str, ...] | None:
+    """The key path of an integer in `node` beyond 64 bits, or None. (A loop, not recursion:
+    TOML nests arrays about as deep as Python's recursion limit allows.)"""
+    todo: list[tuple[tuple[str, ...], Any]] = [((), node)]
+    while todo:
+        where, node = todo.pop()
+        if isinstance(node, dict):
+            todo += [((*where, str(k)), v) for k, v in node.items()]
+        elif isinstance(node, list):
+            todo += [(where, v) for v in node]
+        elif isinstance(node, int) and not -_INT64 <= node < _INT64:
+            return where
+    return None
+
+
+def _refuse_huge_integers(raw: dict[str, Any], source: str) -> None:
+    """Refuse integers TOML cannot hold, as the TOML spec asks of a reader; they would
+    otherwise reach the validators (and their messages) as numbers of 1000 digits."""
+    where = _huge_integer_at(raw)
+    if where is not None:
+        key = f"{_section_label(where[:-1])} {where[-1]}" if len(where) > 1 else where[0]
+        raise ConfigError(f"{source}: {key}: integer out of range; {_INT64_RULE}")
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> str:
@@ -86,6 +138,12 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
         value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = text.strip()  # a bare word: treat as a string, as a shell user would expect
+    except (RecursionError, ValueError):
+        raise ConfigError(
+            f"--set {key}: the value is nested too deeply or has too many digits; simplify it"
+        ) from None
+    if _huge_integer_at(value) is not None:
+        raise ConfigError(f"--set {key}: integer out of range; {_INT64_RULE}")
     *parents, leaf = key.split(".")
     node = raw
     for part in parents:
@@ -131,7 +189,9 @@ def _bracketed(hint: str) -> str:
     return hint.replace("'", "[", 1).replace("'", "]", 1) if hint else hint
 
 
-def _describe(err: ValidationError, source: str, root: type[BaseModel], overrides: set[str]) -> str:
+def _describe(
+    err: ValidationError, source: str, root: type[BaseModel], origins: dict[str, str]
+) -> str:
     """Turn the first pydantic error into `file: [section] key: what is wrong; how to fix`."""
     first = err.errors(include_url=False)[0]
     loc = [p for p in first["loc"]]
@@ -140,8 +200,8 @@ def _describe(err: ValidationError, source: str, root: type[BaseModel], override
     named = re.match(r"Value error, \[([\w.]+)\] (\w+):", first["msg"])
     if named:  # cross-section checks name their key in the message itself
         dotted = f"{named.group(1)}.{named.group(2)}"
-    from_set = any(key == dotted or key.startswith(dotted + ".") for key in overrides)
-    origin = " (from --set)" if dotted and from_set else ""
+    came_from = [o for key, o in origins.items() if key == dotted or key.startswith(dotted + ".")]
+    origin = f" (from {came_from[0]})" if dotted and came_from else ""
     more = len(err.errors()) - 1
     tail = f" ({more} more error{'s' if more > 1 else ''} after this one)" if more else ""
     if kind == "extra_forbidden":
@@ -169,6 +229,12 @@ def _describe(err: ValidationError, source: str, root: type[BaseModel], override
     text = text[0].lower() + text[1:] if text else text
     text = text.replace("input should be", "must be")
     got_text = f" (got {shown})" if shown is not None else ""
+    if kind == "model_type":  # a value where a section belongs: `run = 1`
+        header = f"[[{dotted}]]" if isinstance(loc[-1], int) else f"[{dotted}]"
+        return (
+            f"{source}: {dotted} must be a table of keys, not a value{got_text}; write it as a "
+            f"{header} section{origin}{tail}"
+        )
     return f"{source}: {label} {field}: {text}{got_text}; fix the value{origin}{tail}"
 
 
@@ -196,5 +262,6 @@ def dump_config(cfg: AnyConfig, fmt: str = "toml") -> str:
     kind = "classic PPO" if isinstance(cfg, ClassicConfig) else "LLM"
     head = f"# resolved config ({kind} run) from {cfg.source}\n"
     head += "".join(f"# {note}\n" for note in cfg._notes)
+    head += "".join(f"# warning: {warning}\n" for warning in cfg.warnings)
     foot = f"\n# unset (use their documented behaviour): {', '.join(unset)}\n" if unset else ""
     return head + body + foot

@@ -16,7 +16,7 @@ Two more formats are read and normalised into the schema:
 - HumanEval (`prompt`, `entry_point`, `test`, `canonical_solution`): a function problem whose
   reference solution is prompt + canonical_solution; the prompt is also its `test_setup`,
   since some tests call the prompt's helper functions.
-- DeepMind code_contests rows as in ../shared/data (`content`, `labels`, `test`): stdin/stdout
+- DeepMind code_contests rows as in the bundled sample (`content`, `labels`, `test`): stdin/stdout
   problems. The samples are the tests whose input and output both appear in the statement
   (the rows do not mark them); every test counts as hidden. `labels` gives the difficulty
   label (a Codeforces problem letter or a CodeChef word: not a rating) and the name; a
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,10 +123,14 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise AscentError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+                except (RecursionError, ValueError):  # ValueError: an integer of 4300+ digits
+                    raise AscentError(
+                        f"{path}:{number}: JSON nested too deeply or a number too long to read"
+                    ) from None
                 if not isinstance(row, dict):
                     raise AscentError(f"{path}:{number}: expected a JSON object per line")
                 yield number, row
-    except (OSError, EOFError, UnicodeDecodeError) as err:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:  # zlib: corrupt .gz
         raise AscentError(f"{path}: cannot read it as JSONL ({err})") from None
 
 
@@ -303,10 +309,17 @@ def _tests(value: Any, key: str) -> tuple[StdioTest, ...]:
         raise RowError(str(err)) from None
 
 
+def _is_number(value: Any) -> bool:
+    """An int or a finite float (JSON rows may hold NaN and Infinity); not a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def _rating(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if not _is_number(value) or value < 0:
         raise RowError(f"'rating' must be a non-negative number (got {value!r})")
     return int(value)
 
@@ -338,14 +351,15 @@ def _contest_time_limit(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, dict):
-        seconds = value.get("seconds") or 0
-        nanos = value.get("nanos") or 0
-        total = int(seconds * 1000 + nanos // 1_000_000)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        total = int(value * 1000)
+        seconds, nanos = value.get("seconds") or 0, value.get("nanos") or 0
     else:
-        raise RowError(f"'time_limit' must be seconds or {{seconds, nanos}} (got {value!r})")
-    return total or None
+        seconds, nanos = value, 0
+    total = None
+    if _is_number(seconds) and _is_number(nanos):
+        total = seconds * 1000 + nanos // 1_000_000
+    if not _is_number(total) or total < 0:
+        raise RowError(f"'time_limit' must be seconds >= 0 or {{seconds, nanos}} (got {value!r})")
+    return int(total) or None
 
 
 __all__ = [

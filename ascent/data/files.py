@@ -11,11 +11,13 @@ A missing column or an empty value is one line naming the file, the row and the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ascent.config.data import ColumnsSection
+from ascent.data.bundled import resolve_data_path
 from ascent.data.code_problems import read_jsonl
 from ascent.data.problems import Problem
 from ascent.errors import AscentError
@@ -60,8 +62,10 @@ def _dataset_rows(path: Path, split: str) -> Iterator[tuple[int, dict[str, Any]]
         ) from None
     try:
         loaded = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as err:
-        raise AscentError(f"{path}: not a datasets.save_to_disk directory ({err})") from None
+    except Exception as err:  # datasets raises several unrelated types for a broken directory
+        raise AscentError(
+            f"{path}: not a datasets.save_to_disk directory ({type(err).__name__}: {err})"
+        ) from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise AscentError(
@@ -72,9 +76,42 @@ def _dataset_rows(path: Path, split: str) -> Iterator[tuple[int, dict[str, Any]]
     yield from enumerate(loaded, 1)
 
 
+def _hub_rows(spec: str, split: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows of `datasets.load_dataset(spec, split=split)`: a hub id, or a local folder of
+    data files (which is how it is tested here, with no hub to reach)."""
+    try:
+        import datasets
+    except ImportError:
+        raise AscentError(
+            f"{spec}: loading a hub data set needs datasets; pip install 'ascent[data]'"
+        ) from None
+    try:
+        loaded = datasets.load_dataset(spec, split=split)
+    except Exception as err:  # network, unknown id, unknown split: many unrelated types
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise AscentError(
+            f"{spec}: datasets.load_dataset failed ({type(err).__name__}: {first}); check the "
+            "id and [data] split, or download the set and point [data] path at the file"
+        ) from None
+    yield from enumerate(loaded, 1)
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
 def read_rows(path: Path, fmt: str, split: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(row number, row) of a data file, row numbers from 1 (JSONL: line numbers)."""
-    if not path.exists():
+    if fmt == "hub":
+        return _hub_rows(str(path), split)
+    try:
+        found = path.exists()
+    except OSError as err:  # e.g. a file name too long
+        raise AscentError(
+            f"{path}: cannot use this path ({err.strerror}); check [data] path"
+        ) from None
+    if not found and fmt == "auto" and HUB_ID.match(str(path)) and not Path(path).suffix:
+        return _hub_rows(str(path), split)
+    if not found:
         raise AscentError(f"{path}: no such file or directory; check [data] path")
     kind = detect_format(path, fmt)
     if kind == "jsonl":
@@ -114,8 +151,8 @@ def row_to_problem(row: dict[str, Any], columns: ColumnsSection, where: str) -> 
 
 
 def load_problems(path: str | Path, fmt: str, split: str, columns: ColumnsSection) -> list[Problem]:
-    """Every row of a data file as a `Problem`, in file order."""
-    path = Path(path)
+    """Every row of a data file as a `Problem`, in file order (`ascent:NAME`: a bundled set)."""
+    path = resolve_data_path(str(path))
     problems = [
         row_to_problem(row, columns, f"{path}:{n}") for n, row in read_rows(path, fmt, split)
     ]

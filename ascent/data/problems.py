@@ -51,3 +51,8 @@ def render_prompt(template: str, problem: Problem) -> str:
             f"prompt_template uses {{{err.args[0]}}}, which this task does not provide; "
             f"available: {have}"
         ) from None
+    except (AttributeError, TypeError, ValueError) as err:  # {prompt.x}, {prompt:d}, a lone {
+        raise ValueError(
+            f"prompt_template {template!r} cannot be filled in ({err}); write fields as "
+            "{prompt} or {column}, with doubled braces {{ }} for literal ones"
+        ) from None

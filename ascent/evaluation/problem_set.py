@@ -7,11 +7,14 @@ row's fields unless `[eval] format` names it; every row must then be in that for
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ascent.config.evaluation import EvalSection
+from ascent.data.bundled import PREFIX as BUNDLED_PREFIX
+from ascent.data.bundled import bundled_path
 from ascent.data.code_problems import (
     CODE_FORMATS,
     CodeProblem,
@@ -60,22 +63,40 @@ class ProblemSet:
 
 
 def resolve_problems_path(problems: str, config_source: str | None) -> Path:
-    """`[eval] problems` as a path: as written (from the current directory), else beside the
-    config file; refused with both places named when neither holds it."""
+    """`[eval] problems` as a path: a bundled set (`ascent:NAME`), else as written (from the
+    current directory), else beside the config file; refused with the places tried named."""
+    if problems.startswith(BUNDLED_PREFIX):
+        try:
+            return bundled_path(problems)
+        except AscentError as err:
+            raise ConfigError(f"[eval] problems: {err}") from None
     if not problems:
         raise ConfigError(
             "[eval] problems is not set; name a JSONL problem file, e.g. problems = "
-            '"../shared/data/code_contests_sample.jsonl"'
+            '"ascent:code_contests_sample" (bundled) or a path'
         )
-    path = Path(problems).expanduser()
+    try:
+        path = Path(problems).expanduser()
+    except RuntimeError:  # ~name of a user this machine does not have
+        raise ConfigError(
+            f"[eval] problems: {problems}: no home directory for '{problems.split('/')[0]}'; "
+            "write the path out"
+        ) from None
     tried = [path]
-    if not path.is_absolute() and config_source and Path(config_source).is_file():
+    if not path.is_absolute() and config_source and _is_file(Path(config_source)):
         tried.append(Path(config_source).parent / path)
     for candidate in tried:
-        if candidate.is_file():
+        if _is_file(candidate):
             return candidate
     where = " or ".join(str(p) for p in tried)
     raise ConfigError(f"[eval] problems: no file at {where}; check the path")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a file name too long: no such file either
+        return False
 
 
 def load_problem_set(path: Path, fmt: str = "auto", limit: int = 0) -> ProblemSet:
@@ -111,13 +132,18 @@ def _load_math(path: Path, limit: int) -> list[MathProblem]:
                 id=str(row.get("id") or f"{path.name.split('.')[0]}:{number}"),
                 question=question,
                 answer=str(answer),
-                rating=int(rating) if isinstance(rating, (int, float)) else None,
+                rating=int(rating) if _finite(rating) else None,
                 difficulty=str(row["difficulty"]) if row.get("difficulty") else None,
             )
         )
     if not problems:
         raise AscentError(f"{path}: no problems in the file")
     return problems
+
+
+def _finite(value: Any) -> bool:
+    """A number that can be a rating: an int or a finite float (JSON allows NaN, Infinity)."""
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def check_language(problem_set: ProblemSet, cfg: EvalSection) -> None:

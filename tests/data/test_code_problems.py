@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ascent.data.bundled import bundled_dir
 from ascent.data.code_problems import (
     CodeProblem,
     detect_code_format,
@@ -17,14 +18,11 @@ from ascent.data.code_problems import (
 from ascent.errors import AscentError
 from ascent.rewards.judge import StdioTest
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = bundled_dir()  # the real data sets shipped in the package
 
 
 def data_file(name: str) -> Path:
-    path = DATA / name
-    if not path.is_file():
-        pytest.skip(f"real data {name} not found in {DATA} (see ../shared/data/README.md)")
-    return path
+    return DATA / name
 
 
 def write_jsonl(path: Path, rows: list[object]) -> Path:

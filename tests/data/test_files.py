@@ -8,9 +8,11 @@ import json
 import pytest
 
 from ascent.config import load_config
+from ascent.config.data import ColumnsSection
 from ascent.config.llm import DataSection
 from ascent.data import load_task
-from ascent.errors import ConfigError
+from ascent.data.files import load_problems
+from ascent.errors import AscentError, ConfigError
 
 ROWS = [{"q": f"{i}+{i}=", "a": str(2 * i), "level": i % 3, "uid": f"p{i}"} for i in range(30)]
 
@@ -101,3 +103,26 @@ def test_file_settings_without_a_file_and_a_task_beside_a_file_are_refused():
         load_config(None, ['data.eval_path="v.jsonl"'])
     with pytest.raises(ConfigError, match="task: problems come from path"):
         load_config(None, ['data.path="p.jsonl"', 'data.task="countdown"'])
+
+
+def test_format_hub_loads_through_datasets_load_dataset(tmp_path):
+    # The hub is unreachable here; load_dataset takes a local folder of data files the same way.
+    folder = tmp_path / "gsm8k-like"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", [{"question": "1+1?", "answer": "2"}] * 3)
+    problems = load_problems(folder, "hub", "train", ColumnsSection(prompt="question"))
+    assert [p.answer for p in problems] == ["2", "2", "2"]
+    with pytest.raises(AscentError, match=r"load_dataset failed .*check the id and \[data\]"):
+        load_problems(folder, "hub", "test", ColumnsSection(prompt="question"))
+
+
+def test_a_missing_path_shaped_like_a_hub_id_is_loaded_from_the_hub(monkeypatch):
+    import datasets
+
+    asked = []
+    rows = [{"question": "2+2?", "answer": "4"}]
+    monkeypatch.setattr(datasets, "load_dataset", lambda spec, split: asked.append(spec) or rows)
+    problems = load_problems("openai/gsm8k", "auto", "test", ColumnsSection(prompt="question"))
+    assert asked == ["openai/gsm8k"] and problems[0].answer == "4"
+    with pytest.raises(AscentError, match="no such file"):  # a file name is never a hub id
+        load_problems("data/gsm8k.jsonl", "auto", "test", ColumnsSection(prompt="question"))

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from ascent.config.rewards import SandboxSection
+from ascent.data.bundled import bundled_dir
 from ascent.errors import AscentError
 from ascent.rewards.sandbox import check_isolation
 from tests.api.scripted_server import Reply, ScriptedServer, Seen, models_body, ok
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = bundled_dir()  # the real data sets shipped in the package
 PROJECT = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
 MODELS = "/v1/models"
@@ -22,10 +23,7 @@ KEY_VAR = "ASCENT_EVAL_TEST_KEY"
 
 
 def data_file(name: str) -> Path:
-    path = DATA / name
-    if not path.is_file():
-        pytest.skip(f"real data {name} not found in {DATA} (see ../shared/data/README.md)")
-    return path
+    return DATA / name
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.api.scripted_server import Reply, ScriptedServer, models_body
-from tests.evaluation.conftest import CHAT, MODELS, PROJECT, data_file, fenced
+from tests.evaluation.conftest import CHAT, MODELS, PROJECT, fenced
 
 EXAMPLE = PROJECT / "examples" / "codeforces_eval.toml"
 TINY = "ascent:tiny"
@@ -62,8 +62,7 @@ def served_tiny() -> Iterator[str]:
 def test_example_against_ascent_serve_prints_the_band_table(
     sandbox, served_tiny, tmp_path, run_cli, monkeypatch
 ):
-    data_file("code_contests_sample.jsonl")
-    monkeypatch.chdir(PROJECT)  # the example names ../shared/data relative to the project
+    monkeypatch.chdir(tmp_path)  # the example names a bundled set: no path to resolve
     overrides = sets(
         f"api.base_url={served_tiny}",
         "eval.limit=4",
@@ -102,8 +101,7 @@ def test_example_against_ascent_serve_prints_the_band_table(
 def test_example_against_the_fault_injecting_server_degrades_with_clear_messages(
     sandbox, tmp_path, run_cli, monkeypatch
 ):
-    data_file("code_contests_sample.jsonl")
-    monkeypatch.chdir(PROJECT)
+    monkeypatch.chdir(tmp_path)
     with ScriptedServer() as server:
         server.default(MODELS, Reply(200, models_body(TINY)))
 

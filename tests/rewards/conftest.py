@@ -11,17 +11,15 @@ from pathlib import Path
 import pytest
 
 from ascent.config.rewards import SandboxSection
+from ascent.data.bundled import bundled_dir
 from ascent.errors import AscentError
 from ascent.rewards.sandbox import SandboxPool, check_isolation
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = bundled_dir()  # the real data sets shipped in the package
 
 
 def data_file(name: str) -> Path:
-    path = DATA / name
-    if not path.is_file():
-        pytest.skip(f"real data {name} not found in {DATA} (see shared/data/README.md)")
-    return path
+    return DATA / name
 
 
 def read_jsonl(name: str) -> list[dict]:
