@@ -77,7 +77,12 @@ def export_checkpoint(ckpt: Path) -> Path:
     import torch
 
     from ascent.models import load_policy, load_tokenizer
-    from ascent.train.checkpoint import export_model, load_checkpoint
+    from ascent.train.checkpoint import (
+        LLM_KIND,
+        export_model,
+        load_checkpoint,
+        unfit_checkpoint,
+    )
 
     model_cfg = _run_model(ckpt)
     if model_cfg is None:
@@ -85,8 +90,12 @@ def export_checkpoint(ckpt: Path) -> Path:
             f"{ckpt}: a trainer checkpoint, but no LLM run config.toml above it to rebuild the "
             "model from; pass the run directory or a save_pretrained model directory"
         )
+    state = load_checkpoint(ckpt, LLM_KIND, required=("model",))
     policy = load_policy(model_cfg, torch.device("cpu"))
-    policy.load_state_dict(load_checkpoint(ckpt)["model"])
+    try:
+        policy.load_state_dict(state["model"])
+    except (RuntimeError, KeyError, TypeError) as err:
+        raise unfit_checkpoint(ckpt, err) from None
     if model_cfg.lora.enabled:
         policy = policy.merge_and_unload()
     return export_model(ckpt / "model", policy, load_tokenizer(model_cfg))

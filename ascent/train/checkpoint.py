@@ -11,6 +11,12 @@ A save writes everything into a temporary directory, fsyncs it, and renames it i
 a reader only ever sees complete checkpoints: killing the process mid-save leaves the previous
 one loadable. The last `keep_last` checkpoints and the best one are kept; older ones pruned.
 
+A checkpoint is data, never code: `state.pt` holds only tensors and plain values (numbers,
+strings, None, lists, tuples, dicts), checked when it is written and enforced when it is read
+(`torch.load(weights_only=True)`), so a tampered or foreign file is refused in one line and
+nothing in it runs. Each state names its `kind` ("llm", "classic"); loading checks it, so a
+checkpoint of another kind of run is refused by name rather than by a missing key.
+
 A finished LLM run also writes `RUN/final-model/` (`export_model`): the trained policy and its
 tokenizer as a save_pretrained directory, which `ascent serve`, `ascent eval`, the next stage
 of a staged run, or plain `AutoModelForCausalLM.from_pretrained` load like any model.
@@ -20,9 +26,11 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +44,15 @@ META_FILE = "meta.json"
 BEST_FILE = "best.json"
 PREFIX = "step-"
 FINAL_MODEL = "final-model"
+KIND_KEY = "kind"
+LLM_KIND, CLASSIC_KIND = "llm", "classic"  # the values of `kind`
+PLAIN = (bool, int, float, str, type(None), torch.Tensor, torch.dtype, torch.Size)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` so that readers see the old or the new file, never half."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # debris of a killed write
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -69,7 +82,8 @@ def export_model(target: Path, model: Any, tokenizer: Any) -> Path:
     (a run killed while exporting keeps the previous export, or none)."""
     target = Path(target)
     tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in target.parent.glob(f".tmp-*{target.name}-*"):  # debris of a killed export
+        shutil.rmtree(stale, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     replace_dir(tmp, target)
@@ -136,10 +150,11 @@ def save_checkpoint(
 ) -> Path:
     """Atomically write checkpoint `step`; track the best by `metric` (higher is better).
 
-    `state` is anything `torch.save` can write (state dicts, RNG states, counters).
-    `write_extra(tmp_dir)` may add files (e.g. `model.save_pretrained(tmp_dir / "model")`)
-    before the checkpoint becomes visible.
+    `state` holds tensors and plain values only (`check_plain`): state dicts, RNG states as
+    returned by `capture_rng_state`, counters. `write_extra(tmp_dir)` may add files (e.g.
+    `model.save_pretrained(tmp_dir / "model")`) before the checkpoint becomes visible.
     """
+    check_plain(state)
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     for stale in ckpt_dir.glob(".tmp-*"):
@@ -171,8 +186,36 @@ def _prune(ckpt_dir: Path, keep_last: int) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint's state; `path` is a run dir, its checkpoints dir, or one checkpoint."""
+def check_plain(value: Any, where: str = "state") -> None:
+    """Refuse (TypeError naming the key) anything but tensors and plain values: what
+    `torch.load(weights_only=True)` reads back without running code."""
+    if isinstance(value, PLAIN):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                raise TypeError(f"{where}: key {key!r} is a {type(key).__name__}, not str/int")
+            check_plain(item, f"{where}[{key!r}]")
+        return
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            check_plain(item, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint holds "
+        "only tensors and plain values (convert it in the part's state_dict)"
+    )
+
+
+def load_checkpoint(
+    path: Path, kind: str | None = None, required: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Load a checkpoint's state; `path` is a run dir, its checkpoints dir, or one checkpoint.
+
+    Only tensors and plain values are read (nothing in the file can run code). A file that
+    is not such a checkpoint, is truncated, was written by another kind of run (`kind`), or
+    lacks one of the `required` keys is refused with one line naming the file.
+    """
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         latest = latest_checkpoint(path)
@@ -182,14 +225,60 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                 "check the path, or start a new run without --resume"
             )
         path = latest
-    # Our own files: they hold RNG states and Python scalars, which weights_only refuses.
-    return torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+    file = path / STATE_FILE
+    state = _read_plain(file)
+    if not isinstance(state, dict):
+        raise AscentError(f"{file}: not an ascent checkpoint (it holds a {type(state).__name__})")
+    if kind is not None and state.get(KIND_KEY) != kind:
+        found = state.get(KIND_KEY)
+        what = f"a checkpoint of a {found} run" if isinstance(found, str) else "no ascent kind"
+        raise AscentError(
+            f"{file}: {what}, but a {kind} run needs its own; point at a {kind} run directory"
+        )
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise AscentError(
+            f"{file}: incomplete checkpoint (no {', '.join(missing)}); it was not written by "
+            "this version of ascent or was altered; resume from another checkpoint"
+        )
+    return state
+
+
+def unfit_checkpoint(path: Path, err: Exception) -> AscentError:
+    """One line for a checkpoint whose contents do not fit the run loading it (other model
+    size, other recipe parts): the first line of the underlying error, cut short."""
+    detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+    return AscentError(
+        f"{path}: the checkpoint does not fit this run ({detail}); resume it with the config "
+        "it was written with"
+    )
+
+
+def _read_plain(file: Path) -> Any:
+    """torch.load with weights_only=True, every failure turned into one line."""
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        reason = "it holds objects other than tensors and plain values, which could run code"
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, IndexError, KeyError):
+        reason = "the file is truncated or not a torch checkpoint"
+    except OSError as err:
+        reason = f"cannot read it ({err.strerror or err})"
+    raise AscentError(f"{file}: refused: {reason}; nothing in it was run") from None
 
 
 def capture_rng_state() -> dict[str, Any]:
+    """The global RNG streams as plain values (tensors, ints, tuples)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -198,8 +287,15 @@ def capture_rng_state() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    random.setstate(_as_tuples(state["python"]))
+    n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuples(value: Any) -> Any:
+    """random.setstate wants tuples all the way down."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,10 +72,13 @@ from ascent.models.actor_critic import ActorCritic
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
 from ascent.train.checkpoint import (
+    CLASSIC_KIND,
+    KIND_KEY,
     capture_rng_state,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
+    unfit_checkpoint,
 )
 from ascent.train.classic_rollout import (
     EnvRunner,
@@ -89,6 +93,7 @@ from ascent.train.runtime import resolve_device
 GAE = ADVANTAGES.get("gae")
 CLIPPED_SURROGATE = POLICY_LOSSES.get("ppo_clip")
 MEAN = AGGREGATIONS.get("token_mean")  # average over the minibatch's decision steps
+REQUIRED = ("update", "agent", "optimizer", "rng", "runner")
 PROGRESS_FIELDS = {
     "episode/return_last20": "return",
     "policy/approx_kl": "kl",
@@ -100,7 +105,9 @@ PROGRESS_FIELDS = {
 def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
     """Train PPO as `cfg` says; write checkpoints, metrics.jsonl and summary.json."""
     device = resolve_device(cfg.run.device)
-    resumed = load_checkpoint(run_dir.resume_from) if run_dir.resume_from else None
+    resumed = None
+    if run_dir.resume_from is not None:
+        resumed = load_checkpoint(run_dir.resume_from, CLASSIC_KIND, required=REQUIRED)
     done = resumed["update"] if resumed else 0
     logger = MetricsLogger(
         run_dir,
@@ -110,7 +117,7 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
     )
     agent, optimizer, runner = _build(cfg, device, clock=lambda: logger.elapsed)
     if resumed:
-        _restore(resumed, agent, optimizer, runner, seed=cfg.run.seed + done)
+        _restore(run_dir.resume_from, resumed, agent, optimizer, runner, seed=cfg.run.seed + done)
     buffer = RolloutBuffer.allocate(cfg.train.rollout_steps, runner.envs, device)
     gae_params = AdvantageParams(gamma=cfg.train.gamma, lam=cfg.train.gae_lambda)
     progress = TrainProgress(
@@ -269,6 +276,7 @@ def _save(
     runner: EnvRunner,
 ) -> None:
     state = {
+        KIND_KEY: CLASSIC_KIND,
         "update": update,
         "agent": agent.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -282,20 +290,25 @@ def _save(
 
 
 def _restore(
+    path: Path,
     state: dict[str, Any],
     agent: ActorCritic,
     optimizer: torch.optim.Optimizer,
     runner: EnvRunner,
     seed: int,
 ) -> None:
-    agent.load_state_dict(state["agent"])
-    optimizer.load_state_dict(state["optimizer"])
-    if not runner.load_state_dict(state["runner"], seed=seed):
+    try:
+        agent.load_state_dict(state["agent"])
+        optimizer.load_state_dict(state["optimizer"])
+        fresh_episodes = not runner.load_state_dict(state["runner"], seed=seed)
+        restore_rng_state(state["rng"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as err:
+        raise unfit_checkpoint(path, err) from None
+    if fresh_episodes:
         print(
             "note: the environments could not be saved with the checkpoint (async envs), so "
             "resuming starts fresh episodes; the run is not bit-identical to an unbroken one"
         )
-    restore_rng_state(state["rng"])
 
 
 def _write_summary(

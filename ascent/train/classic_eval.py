@@ -18,7 +18,12 @@ import torch
 from ascent.config.classic import ClassicConfig
 from ascent.errors import AscentError
 from ascent.models.actor_critic import ActorCritic
-from ascent.train.checkpoint import best_checkpoint, latest_checkpoint, load_checkpoint
+from ascent.train.checkpoint import (
+    CLASSIC_KIND,
+    best_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+)
 from ascent.train.runtime import resolve_threads
 
 EVAL_SEED_OFFSET = 10_000
@@ -62,9 +67,7 @@ def resolve_checkpoint(run_path: Path, checkpoint: Path | None) -> Path:
 
 
 def load_agent(cfg: ClassicConfig, env: gym.Env, checkpoint: Path) -> ActorCritic:
-    state = load_checkpoint(checkpoint)
-    if "agent" not in state:
-        raise AscentError(f"{checkpoint}: not a classic PPO checkpoint (it holds no 'agent')")
+    state = load_checkpoint(checkpoint, CLASSIC_KIND, required=("agent",))
     agent = ActorCritic.for_spaces(
         env.observation_space,
         env.action_space,

@@ -23,7 +23,6 @@ one (ours is never smaller for the same number of real transitions).
 from __future__ import annotations
 
 import functools
-import pickle
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -38,6 +37,7 @@ from ascent.algos import AdvantageBatch
 from ascent.config.classic import EnvSection
 from ascent.errors import AscentError
 from ascent.models.actor_critic import ActorCritic, unsupported_space
+from ascent.train import env_snapshot
 
 SOLVED_WINDOW = 20  # "solved": mean return of the last 20 finished episodes >= threshold
 
@@ -49,7 +49,6 @@ def make_vector_env(env: EnvSection) -> gym.vector.VectorEnv:
     if env.vectorization == "auto" and spec.vector_entry_point is not None:
         envs = gym.make_vec(env.id, env.num_envs, vectorization_mode="vector_entry_point")
     else:
-        # functools.partial, not a lambda: a sync vector env must pickle into checkpoints.
         fns = [functools.partial(gym.make, env.id) for _ in range(env.num_envs)]
         vec = (
             gym.vector.AsyncVectorEnv if env.vectorization == "async" else gym.vector.SyncVectorEnv
@@ -264,16 +263,14 @@ class EnvRunner:
         return array if self._box is None else np.clip(array, *self._box)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly here, the envs themselves included."""
-        try:
-            envs = pickle.dumps(self.envs)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            envs = None  # e.g. async envs live in other processes
-        keys = ("next_obs", "resetting", "episode_return", "episode_length", "env_steps")
+        """Everything needed to continue exactly here, the envs themselves included (as
+        plain data; None when they hold state that cannot be, e.g. async envs)."""
+        arrays = ("next_obs", "resetting", "episode_return", "episode_length")
         return {
-            "envs": envs,
+            "envs": env_snapshot.snapshot(self.envs),
             "stats": self.stats.state_dict(),
-            **{k: getattr(self, k) for k in keys},
+            "env_steps": self.env_steps,
+            **{k: torch.from_numpy(np.array(getattr(self, k), copy=True)) for k in arrays},
         }
 
     def load_state_dict(self, state: dict[str, Any], seed: int) -> bool:
@@ -283,8 +280,9 @@ class EnvRunner:
         if state["envs"] is None:  # fresh episodes, seeded for this point of the run
             self.next_obs = self.envs.reset(seed=seed)[0]
             return False
-        self.envs.close()
-        self.envs = pickle.loads(state["envs"])
-        self.next_obs, self.resetting = state["next_obs"], state["resetting"]
-        self.episode_return, self.episode_length = state["episode_return"], state["episode_length"]
+        env_snapshot.restore(self.envs, state["envs"])
+        self.next_obs = state["next_obs"].numpy().copy()
+        self.resetting = state["resetting"].numpy().copy()
+        self.episode_return = state["episode_return"].numpy().copy()
+        self.episode_length = state["episode_length"].numpy().copy()
         return True

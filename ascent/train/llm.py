@@ -42,11 +42,14 @@ from ascent.observe.progress import TrainProgress
 from ascent.train.agentic_step import AgenticTrainer, agentic_session
 from ascent.train.checkpoint import (
     FINAL_MODEL,
+    KIND_KEY,
+    LLM_KIND,
     capture_rng_state,
     export_model,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
+    unfit_checkpoint,
 )
 from ascent.train.evaluate import EvalResult, eval_policy
 from ascent.train.llm_setup import LLMRun, build_run
@@ -100,8 +103,12 @@ def _optional_parts(run: LLMRun) -> dict[str, Any]:
     return {name: part for name, part in parts.items() if part is not None}
 
 
+REQUIRED = ("progress", "model", "optimizer", "scheduler", "rng", "generator", "sampler")
+
+
 def _state(run: LLMRun, progress: Progress) -> dict[str, Any]:
     return {
+        KIND_KEY: LLM_KIND,
         "progress": vars(progress).copy(),
         "model": run.policy.state_dict(),
         "optimizer": run.optimizer.state_dict(),
@@ -114,16 +121,20 @@ def _state(run: LLMRun, progress: Progress) -> dict[str, Any]:
 
 
 def _restore(run: LLMRun, path: Path) -> Progress:
-    state = load_checkpoint(path)
-    run.policy.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    restore_rng_state(state["rng"])
-    run.generator.set_state(state["generator"])
-    run.sampler.load_state_dict(state["sampler"])
-    for name, part in _optional_parts(run).items():
-        part.load_state_dict(state[name])
-    return Progress(**state["progress"])
+    parts = _optional_parts(run)
+    state = load_checkpoint(path, LLM_KIND, required=(*REQUIRED, *parts))
+    try:
+        run.policy.load_state_dict(state["model"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scheduler.load_state_dict(state["scheduler"])
+        restore_rng_state(state["rng"])
+        run.generator.set_state(state["generator"])
+        run.sampler.load_state_dict(state["sampler"])
+        for name, part in parts.items():
+            part.load_state_dict(state[name])
+        return Progress(**state["progress"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
+        raise unfit_checkpoint(path, err) from None
 
 
 def _save(run: LLMRun, run_dir: RunDir, progress: Progress) -> Path:

@@ -16,12 +16,16 @@ Metrics: replay/rows (replayed this step), replay/buffer (eligible rows), replay
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from ascent.data import Problem
+from ascent.rewards import RewardOutput
+from ascent.rollout import RolloutBatch
 from ascent.train.llm_rollout import Scored
 
 
@@ -79,8 +83,39 @@ class PositiveReplay:
         return rows, metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"items": list(self.items)}
+        """The buffer as tensors and plain values (checkpoints are data, never pickled
+        objects); reward details and problem columns travel as JSON text."""
+        return {"items": [_item_state(item) for item in self.items]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.items.clear()
-        self.items.extend(state["items"])
+        self.items.extend(_item_from_state(item) for item in state["items"])
+
+
+def _item_state(item: ReplayItem) -> dict[str, Any]:
+    row = item.row
+    (problem,) = row.problems
+    return {
+        "step": item.step,
+        "rollout": {f.name: getattr(row.rollout, f.name) for f in fields(RolloutBatch)},
+        "problem": [problem.key, problem.prompt, problem.answer, json.dumps(problem.columns)],
+        "completion": row.completions[0],
+        "total": row.rewards.total[0],
+        "components": {name: values[0] for name, values in row.rewards.components.items()},
+        "details": json.dumps(row.rewards.details[0], default=str),
+    }
+
+
+def _item_from_state(state: dict[str, Any]) -> ReplayItem:
+    key, prompt, answer, columns = state["problem"]
+    row = Scored(
+        RolloutBatch(**state["rollout"]),
+        [Problem(key, prompt, answer, json.loads(columns))],
+        [state["completion"]],
+        RewardOutput(
+            [state["total"]],
+            {name: [value] for name, value in state["components"].items()},
+            [json.loads(state["details"])],
+        ),
+    )
+    return ReplayItem(row, int(state["step"]))

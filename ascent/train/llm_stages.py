@@ -10,10 +10,14 @@
 
 The reference policy of a stage (for KL) is its starting point, and a critic is built afresh
 from it: what carries over between stages is the policy's weights.
+
+`--resume` of a staged run skips the stages that finished (their summary.json and
+final-model/ are there), resumes the one in progress and runs the rest.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +42,16 @@ def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
     configs = cfg.stage_configs()
     for index, (name, stage_cfg) in enumerate(configs, 1):
         stage_cfg = stage_config(stage_cfg, index, name, start, run_dir.path / "stages")
-        print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
-        stage_dir = RunDir.create(stage_cfg)
-        summary = train_llm(stage_cfg, stage_dir)  # ends by exporting the stage's final-model/
+        path = Path(stage_cfg.run.output_dir) / stage_cfg.run.name
+        if run_dir.resuming and _finished(path):
+            print(f"stage {index}/{len(configs)} '{name}': finished earlier, skipped")
+            summary = json.loads((path / "summary.json").read_text())
+            stage_dir = RunDir(path)
+        else:
+            print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
+            resume = path if run_dir.resuming and path.is_dir() else None
+            stage_dir = RunDir.create(stage_cfg, resume=resume)
+            summary = train_llm(stage_cfg, stage_dir)  # ends by exporting its final-model/
         start = str(stage_dir.path / FINAL_MODEL)
         kept = {k: v for k, v in summary.items() if k not in ("final_metrics", "paths")}
         stages.append({"name": name, "run_dir": str(stage_dir.path), "final_model": start, **kept})
@@ -60,3 +71,12 @@ def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
     }
     run_dir.write_summary(summary)
     return summary
+
+
+def _finished(stage: Path) -> bool:
+    """The stage ran to its end: final-model/ exported and summary.json written after it."""
+    try:
+        summary = json.loads((stage / "summary.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return not summary.get("interrupted") and (stage / FINAL_MODEL / "config.json").is_file()

@@ -7,7 +7,9 @@
     summary.json     written at the end of every run
 
 An existing run directory is never overwritten unless the user says `--overwrite`; `--resume`
-continues it from its latest checkpoint.
+continues it from its latest checkpoint. A run killed before its first checkpoint has nothing
+to continue from: `--resume` starts it again in place (its partial metrics and samples are
+dropped, so every step is logged once). A staged run resumes stage by stage (llm_stages.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ascent.train.checkpoint import (
 class RunDir:
     path: Path
     resume_from: Path | None = None  # the checkpoint to continue from, when resuming
+    resuming: bool = False  # --resume was given (a staged run resumes its stages)
 
     @property
     def checkpoints(self) -> Path:
@@ -78,12 +81,18 @@ class RunDir:
         if not path.is_dir():
             raise AscentError(f"--resume {path}: no such run directory; check the path")
         ckpt = latest_checkpoint(path)
-        if ckpt is None:
-            raise AscentError(
-                f"--resume {path}: the run has no complete checkpoint yet; "
-                "start it again with --overwrite"
-            )
-        run_dir = cls(path, resume_from=ckpt)
+        staged = bool(getattr(cfg, "stages", None))
+        if ckpt is None and not staged:
+            if not (path / "config.toml").is_file():
+                raise AscentError(
+                    f"--resume {path}: not a run directory (no config.toml, no checkpoint); "
+                    "check the path"
+                )
+            print(f"note: {path} has no checkpoint yet; starting it again from step 0")
+            for partial in ("metrics.jsonl", "summary.json"):
+                (path / partial).unlink(missing_ok=True)
+            shutil.rmtree(path / "samples", ignore_errors=True)
+        run_dir = cls(path, resume_from=ckpt, resuming=True)
         write_text_atomic(run_dir.config_path, dump_config(cfg))
         return run_dir
 

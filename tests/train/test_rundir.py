@@ -40,11 +40,29 @@ def test_overwrite_replaces_the_old_run(cfg):
 
 def test_resume_points_at_the_latest_checkpoint(cfg):
     run_dir = RunDir.create(cfg)
-    with pytest.raises(AscentError, match="no complete checkpoint"):
-        RunDir.create(cfg, resume=run_dir.path)
     save_checkpoint(run_dir.checkpoints, 4, {})
     resumed = RunDir.create(cfg, resume=run_dir.path)
-    assert resumed.resume_from.name == "step-000004"
+    assert resumed.resume_from.name == "step-000004" and resumed.resuming
+
+
+def test_resuming_a_run_killed_before_its_first_checkpoint_starts_it_again(cfg, capsys):
+    run_dir = RunDir.create(cfg)
+    run_dir.metrics_path.write_text('{"step": 1}\n{"step": 2, "ti')  # cut by the kill
+    (run_dir.samples_dir).mkdir()
+    (run_dir.samples_dir / "step-000001.jsonl").write_text("{}\n")
+    again = RunDir.create(cfg, resume=run_dir.path)
+    assert again.resume_from is None and again.path == run_dir.path
+    assert not run_dir.metrics_path.exists() and not run_dir.samples_dir.exists()
+    assert "no checkpoint yet; starting it again from step 0" in capsys.readouterr().out
+    assert run_dir.config_path.is_file()
+
+
+def test_resuming_a_directory_that_is_no_run_is_refused(cfg, tmp_path):
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_text("x")
+    with pytest.raises(AscentError, match="not a run directory"):
+        RunDir.create(cfg, resume=tmp_path / "photos")
+    assert (tmp_path / "photos" / "cat.jpg").exists()
 
 
 def test_resume_and_overwrite_together_are_refused(cfg, tmp_path):

@@ -1,0 +1,92 @@
+"""Run `ascent ARGS...` and SIGKILL this very process at one chosen point of the run.
+
+    python -m tests.train.kill_points POINT ascent-args...
+
+POINT is where the process kills itself (a real SIGKILL: no handler, no cleanup runs):
+
+    step:N              as step N starts (before any of its work)
+    metrics-line:N      halfway through writing step N's line of metrics.jsonl
+    checkpoint-write:N  halfway through writing step N's state.pt (in its temporary directory)
+    checkpoint-rename:N with step N's checkpoint complete in its temporary directory, before
+                        it is renamed into place
+    export              with final-model/ complete in its temporary directory, before the rename
+    none                never
+
+The points are reached by wrapping the functions that do the work, so the library carries
+no test hooks.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(point: str) -> None:
+    import torch
+
+    import ascent.observe.metrics as metrics
+    import ascent.train.checkpoint as checkpoint
+    import ascent.train.llm as llm
+
+    kind, _, arg = point.partition(":")
+    n = int(arg) if arg else 0
+    if kind == "step":
+        original_step = llm.rl_step
+
+        def step(run, current):
+            if current == n:
+                die()
+            return original_step(run, current)
+
+        llm.rl_step = step
+    elif kind == "metrics-line":
+        original_log = metrics.MetricsLogger.log
+
+        def log(self, step, values):
+            if step == n and self._fh is not None:
+                self._fh.write(f'{{"step": {step}, "reward": 0.')
+                self._fh.flush()
+                die()
+            return original_log(self, step, values)
+
+        metrics.MetricsLogger.log = log
+    elif kind == "checkpoint-write":
+        original_save = torch.save
+
+        def save(obj, f, *args, **kwargs):
+            if Path(f).parent.name.startswith(f".tmp-step-{n:06d}"):
+                buffer = io.BytesIO()
+                original_save(obj, buffer, *args, **kwargs)
+                Path(f).write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+                die()
+            return original_save(obj, f, *args, **kwargs)
+
+        checkpoint.torch.save = save
+    elif kind in ("checkpoint-rename", "export"):
+        original_replace = checkpoint.replace_dir
+        target = checkpoint.checkpoint_name(n) if kind == "checkpoint-rename" else "final-model"
+
+        def replace_dir(tmp, final):
+            if Path(final).name == target:
+                die()
+            return original_replace(tmp, final)
+
+        checkpoint.replace_dir = replace_dir
+    elif kind != "none":
+        raise SystemExit(f"unknown kill point {point!r}")
+
+
+if __name__ == "__main__":
+    arm(sys.argv[1])
+    from ascent.cli import main
+
+    main(sys.argv[2:])
