@@ -72,6 +72,8 @@ def train(
     from ascent.train import run_training
 
     cfg = load_config(config, set_ or [])
+    for warning in cfg.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     summary = run_training(cfg, resume=resume, overwrite=overwrite)
     typer.echo(f"summary: {summary}")
 
@@ -193,12 +195,29 @@ def serve(
             "--max-batch", help="Most concurrent requests batched into one generate call."
         ),
     ] = DEFAULT_MAX_BATCH,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            metavar="VAR",
+            help="Require a key: VAR is the NAME of the environment variable holding it (read "
+            "once at startup). Requests without 'Authorization: Bearer <key>' get 401; openai "
+            "clients send their api_key that way. Without it, anyone who can reach the port "
+            "can use the model.",
+        ),
+    ] = None,
 ) -> None:
     """Serve a local policy as an OpenAI-compatible endpoint (chat, completions, models)."""
     from ascent.api.server import serve_forever
 
     serve_forever(
-        model_or_run_dir, host=host, port=port, name=name, device=device, max_batch=max_batch
+        model_or_run_dir,
+        host=host,
+        port=port,
+        name=name,
+        device=device,
+        max_batch=max_batch,
+        api_key_env=api_key_env,
     )
 
 
@@ -221,6 +240,9 @@ def config_show(
     cfg = load_config(config, set_ or [])
     if fmt not in ("toml", "json"):
         raise AscentError(f"--format {fmt!r} is not supported; use toml or json")
+    if fmt == "json":  # the TOML form carries them as comments
+        for warning in cfg.warnings:
+            typer.echo(f"warning: {warning}", err=True)
     typer.echo(dump_config(cfg, fmt), nl=False)
 
 

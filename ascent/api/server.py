@@ -8,19 +8,31 @@ settings are gathered by `Batcher` into ONE generate call (up to `max_batch` pro
 is what makes a local model usable by agentic roles with many episodes in flight.
 Streaming (`"stream": true`) is answered as server-sent events carrying the whole completion
 in one chunk, so streaming clients work; tokens are not streamed one by one.
+
+With a key (`--api-key-env VAR`: the NAME of the variable holding it, read once at startup),
+every route answers 401 in OpenAI's shape (`code: invalid_api_key`, so the openai client raises
+`AuthenticationError`) unless the request carries `Authorization: Bearer <key>`; the token is
+compared in constant time and no more than its first 4 characters are ever printed. Without a
+key, binding an address other than loopback prints a warning: anyone who can reach the port
+can use the model.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ascent.api.batching import Batcher, Generation, Generator, GenParams
+from ascent.api.failures import KeyMissingError
+from ascent.api.keys import KeySource, Secret, mask_secret
 from ascent.api.wire import (
     RequestError,
     check_supported,
@@ -29,6 +41,8 @@ from ascent.api.wire import (
     sampling_params,
     stream_events,
 )
+from ascent.config.api import ENV_NAME, looks_like_key
+from ascent.errors import AscentError
 
 __all__ = [
     "DEFAULT_HOST",
@@ -39,6 +53,9 @@ __all__ = [
     "Generation",
     "Generator",
     "PolicyServer",
+    "exposure_warning",
+    "is_loopback",
+    "read_serve_key",
     "serve_forever",
 ]
 
@@ -62,8 +79,11 @@ class PolicyServer:
         port: int = DEFAULT_PORT,
         max_batch: int = DEFAULT_MAX_BATCH,
         window_sec: float = BATCH_WINDOW_SEC,
+        api_key: Secret | None = None,
     ) -> None:
         self.generator = generator
+        # None: every request is served; else only those with `Authorization: Bearer <key>`.
+        self._key = None if api_key is None else api_key.reveal().encode()
         self.batcher = Batcher(generator, max_batch=max_batch, window_sec=window_sec)
         self.started = int(time.time())
         self.httpd = _HTTPServer((host, port), self)
@@ -93,6 +113,25 @@ class PolicyServer:
         self.close()
 
     # -- request handling (called from the HTTP threads) --------------------------------------
+
+    def check_key(self, authorization: str | None) -> None:
+        """Refuse (401) a request whose `Authorization` header does not carry the key."""
+        if self._key is None:
+            return
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise RequestError(
+                401,
+                "Missing API key: this server requires the header 'Authorization: Bearer <key>' "
+                "(openai clients send their api_key that way)",
+                code="invalid_api_key",
+            )
+        # The header arrived as latin-1 text: encoding it back gives the bytes the client sent.
+        if not hmac.compare_digest(token.encode("latin-1"), self._key):
+            raise RequestError(
+                401, f"Incorrect API key provided: {mask_secret(token)}", code="invalid_api_key"
+            )
 
     def models(self) -> dict[str, Any]:
         entry = {
@@ -157,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + fmt, self.address_string(), *args)
 
     def do_GET(self) -> None:
+        if not self._authorized():
+            return
         if self._route() == "/models":
             self._send(200, self.server.app.models())
         else:
@@ -164,7 +205,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         route = self._route()
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self._authorized():
+            return
+        raw = self.rfile.read(self._body_length())
         if route not in ROUTES:
             self._send(404, RequestError(404, f"no route POST {self.path}").body())
             return
@@ -183,21 +226,43 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, response)
 
+    def _authorized(self) -> bool:
+        """True when the request may proceed; otherwise the 401 has been sent."""
+        try:
+            self.server.app.check_key(self.headers.get("Authorization"))
+        except RequestError as err:
+            # Drop the unread body (without holding it) so the connection stays in step.
+            left = self._body_length()
+            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
+                left -= len(chunk)
+            self._send(err.status, err.body(), {"WWW-Authenticate": "Bearer"})
+            return False
+        return True
+
+    def _body_length(self) -> int:
+        return int(self.headers.get("Content-Length") or 0)
+
     def _route(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
         return path[3:] if path.startswith("/v1/") or path == "/v1" else path
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        self._reply(status, "application/json", json.dumps(payload).encode())
+    def _send(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        self._reply(status, "application/json", json.dumps(payload).encode(), headers)
 
     def _send_stream(self, events: list[dict[str, Any]]) -> None:
         data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
         self._reply(200, "text/event-stream", data + b"data: [DONE]\n\n")
 
-    def _reply(self, status: int, content_type: str, data: bytes) -> None:
+    def _reply(
+        self, status: int, content_type: str, data: bytes, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -213,6 +278,51 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def read_serve_key(var: str, keys: KeySource | None = None) -> Secret:
+    """The key `ascent serve --api-key-env VAR` requires, read from the variable named VAR."""
+    if not ENV_NAME.match(var) or looks_like_key(var):
+        raise AscentError(
+            f"--api-key-env takes the NAME of an environment variable holding the key, not "
+            f"{mask_secret(var)}; e.g. export ASCENT_SERVE_KEY=<key> and pass "
+            "--api-key-env ASCENT_SERVE_KEY"
+        )
+    value = (keys or KeySource()).lookup(var)
+    if value is None:
+        raise KeyMissingError(
+            f"--api-key-env {var}: the variable {var} is not set; export {var}=<the key clients "
+            "must send>"
+        )
+    if not value.strip():
+        raise KeyMissingError(
+            f"--api-key-env {var}: the variable {var} is set but empty; put the key clients "
+            "must send in it"
+        )
+    return Secret(value.strip())
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach: 127.0.0.0/8, ::1 and localhost."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name, or "" (every interface)
+        return False
+
+
+def exposure_warning(host: str, port: int, keyed: bool) -> str | None:
+    """The warning for a server others can reach without a key, or None when there is none."""
+    if keyed or is_loopback(host):
+        return None
+    where = f"{host}:{port}" if host else f"every interface, port {port}"
+    return (
+        f"warning: serving on {where} without a key: anyone who can reach this port can use "
+        "the model; require one with --api-key-env VAR (VAR names the variable holding it) "
+        "or bind 127.0.0.1"
+    )
+
+
 def serve_forever(
     model_or_run_dir: str,
     *,
@@ -221,18 +331,29 @@ def serve_forever(
     name: str | None = None,
     device: str = "auto",
     max_batch: int = DEFAULT_MAX_BATCH,
+    api_key_env: str | None = None,
 ) -> None:
-    """Load the policy and serve it until Ctrl-C (what `ascent serve` runs)."""
+    """Load the policy and serve it until Ctrl-C (what `ascent serve` runs).
+
+    `api_key_env` names the variable holding the key every request must carry; it is read
+    here, once, before the model loads.
+    """
     from ascent.api.local_policy import LocalPolicy
     from ascent.train.runtime import configure_cpu
 
+    key = None if api_key_env is None else read_serve_key(api_key_env)
     configure_cpu()  # torch's default thread count collapses when requests and scoring share cores
     policy = LocalPolicy.load(model_or_run_dir, name=name, device=device)
-    server = PolicyServer(policy, host=host, port=port, max_batch=max_batch)
+    server = PolicyServer(policy, host=host, port=port, max_batch=max_batch, api_key=key)
+    keyed = "" if key is None else f"; key required (from {api_key_env}: {key.masked})"
     print(
-        f"serving {policy.name} ({policy.source}) at {server.url} on {policy.device}; Ctrl-C stops",
+        f"serving {policy.name} ({policy.source}) at {server.url} on {policy.device}{keyed}; "
+        "Ctrl-C stops",
         flush=True,
     )
+    warning = exposure_warning(host, server.port, keyed=key is not None)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as cleanly as Ctrl-C
     try:
         server.serve_forever()

@@ -20,6 +20,13 @@ class Section(BaseModel):
     _source: str | None = PrivateAttr(None)
     # Where values came from besides the file (e.g. settings.json); `config show` prints them.
     _notes: list[str] = PrivateAttr(default_factory=list)
+    # Legal settings that can have no effect in this config; `train` and `config show` print
+    # them, so that no option is ignored silently.
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
 
     @property
     def source(self) -> str | None:

@@ -387,6 +387,7 @@ class LLMConfig(Section):
         llm_rules.critic_settings(self)
         llm_rules.sampling_settings(self)
         llm_rules.loss_settings(self)
+        self._warnings = llm_rules.inert_settings(self)
         return self
 
     @model_validator(mode="after")
@@ -396,7 +397,8 @@ class LLMConfig(Section):
             raise ValueError("[stages] name: two stages share a name; give each its own")
         for i, stage in enumerate(self.stages, 1):
             try:
-                self._stage_config(stage)
+                stage_cfg = self._stage_config(stage)
+                self._warnings += [f"[stages] {stage.name}: {w}" for w in stage_cfg.warnings]
             except ValidationError as err:
                 first = err.errors(include_url=False)[0]
                 where = ".".join(str(p) for p in first["loc"])

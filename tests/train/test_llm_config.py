@@ -84,3 +84,42 @@ def test_value_based_recipes_and_their_extras_load():
     (_, a), (_, b) = staged.stage_configs()
     assert (a.rollout.max_new_tokens, b.rollout.max_new_tokens) == (6, 4)
     assert b.optim == staged.optim and not b.stages
+
+
+FOUR_STEPS = ["train.mini_batch_size=32", "train.micro_batch_size=32"]
+AGENTIC = ["agentic.enabled=true", 'agentic.roles.hypothesis="off"', 'agentic.roles.testgen="off"',
+           'agentic.roles.summarizer="off"']  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warned"),
+    [
+        (["algorithm.clip_high=0.28"], "clip_high"),
+        (["algorithm.clip_low=0.1", "algorithm.dual_clip=3.0"], "clip_low / dual_clip"),
+        (["algorithm.clip_high=0.28", *AGENTIC], "clip_high"),  # the clip's anchor: pi_theta
+        (["algorithm.clip_high=0.28", *FOUR_STEPS], None),
+        (["algorithm.clip_high=0.28", "train.ppo_epochs=2"], None),
+        (["algorithm.clip_high=0.28", *AGENTIC, "agentic.off_policy_correction=false"], None),
+        ([], None),  # the defaults are no declaration
+    ],
+)
+def test_a_clip_that_can_never_bind_is_warned_about_at_load_time(overrides, warned, run_cli):
+    cfg = load_config(None, ["train.batch_size=128", *overrides])
+    if warned is None:
+        assert cfg.warnings == []
+        return
+    (warning,) = cfg.warnings
+    assert warning.startswith(f"[algorithm] {warned}: one optimiser step per batch")
+    assert "mini_batch_size = 32" in warning
+    sets = [f"--set={o}" for o in ["train.batch_size=128", *overrides]]
+    code, out, _ = run_cli("config", "show", *sets)
+    assert code == 0 and f"# warning: [algorithm] {warned}:" in out
+
+
+def test_the_recipes_that_declare_clip_higher_let_it_act():
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    for name in ("dapo", "vapo"):
+        cfg = load_config(examples / f"{name}.toml")
+        assert cfg.algorithm.clip_high > cfg.algorithm.clip_low and cfg.warnings == []
