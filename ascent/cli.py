@@ -9,6 +9,7 @@ User errors (`AscentError`) print as one line and exit 2; `--debug` shows the tr
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -66,16 +67,39 @@ def train(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing run directory.")
     ] = False,
+    nproc: Annotated[
+        int,
+        typer.Option(
+            "--nproc",
+            min=1,
+            help="Ranks to train on: the actor (and critic, reference) sharded with FSDP2 "
+            "over them, rollouts and evaluation split between them; nccl on GPUs (one per "
+            "rank), gloo on CPU. Same as torchrun --nproc-per-node N -m ascent train ...",
+        ),
+    ] = 1,
 ) -> None:
     """Train: an LLM recipe (GRPO, PPO, VAPO, ...) or classic PPO (a config with [env])."""
     from ascent.config import load_config
-    from ascent.train import run_training
+    from ascent.train import check_world_size, run_training, train_rank
 
     cfg = load_config(config, set_ or [])
     for warning in cfg.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    summary = run_training(cfg, resume=resume, overwrite=overwrite)
-    typer.echo(f"summary: {summary}")
+    if nproc == 1:
+        summary = run_training(cfg, resume=resume, overwrite=overwrite)
+    else:
+        import logging
+
+        from ascent.train.distributed import launch
+
+        check_world_size(cfg, nproc)
+        logging.getLogger("torch").setLevel(logging.CRITICAL)  # the launcher's own chatter
+        source = str(config) if config is not None else None
+        summary = launch(
+            nproc, train_rank, source, list(set_ or []), str(resume) if resume else None, overwrite
+        )
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank runs this command
+        typer.echo(f"summary: {summary}")
 
 
 @app.command("eval")

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ascent.config import load_config  # noqa: E402
+from ascent.rundir import RunDir  # noqa: E402
 from ascent.train.llm import train_llm  # noqa: E402
-from ascent.train.rundir import RunDir  # noqa: E402
 
 RECIPE = ROOT / "examples" / "agentic_tiny.toml"
 FIGURES = ROOT / "benchmarks" / "figures"

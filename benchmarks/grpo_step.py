@@ -234,7 +234,7 @@ def ascent_tta(budget_s: float, eval_every: int) -> dict[str, Any]:
 
     run = ascent_run(TINY_ARITHMETIC, [])
     problems = run.task.eval
-    before = _accuracy(run.policy, run.tokenizer, run.reward, problems)
+    before = _accuracy(run.actor.model, run.tokenizer, run.reward, problems)
     trained, step, curve = 0.0, 0, []
     while trained < budget_s:
         for _ in range(eval_every):
@@ -242,9 +242,8 @@ def ascent_tta(budget_s: float, eval_every: int) -> dict[str, Any]:
             start = time.perf_counter()
             rl_step(run, step)
             trained += time.perf_counter() - start
-        curve.append(
-            (step, round(trained, 1), _accuracy(run.policy, run.tokenizer, run.reward, problems))
-        )
+        accuracy = _accuracy(run.actor.model, run.tokenizer, run.reward, problems)
+        curve.append((step, round(trained, 1), accuracy))
         if curve[-1][2] >= before + TTA_POINTS:
             break
     run.reward.close()

@@ -23,7 +23,11 @@ from ascent.algos.batch import (
     PolicyLossInput,
     PolicyLossParams,
 )
-from ascent.algos.distributions import entropy_from_logits, logprobs_from_logits
+from ascent.algos.distributions import (
+    entropy_by_rows,
+    entropy_from_logits,
+    logprobs_from_logits,
+)
 from ascent.algos.kl import KL_ESTIMATORS, kl_penalty_rewards
 from ascent.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from ascent.algos.policy_loss import POLICY_LOSSES
@@ -41,6 +45,7 @@ __all__ = [
     "AggregationScale",
     "PolicyLossInput",
     "PolicyLossParams",
+    "entropy_by_rows",
     "entropy_from_logits",
     "explained_variance",
     "kl_penalty_rewards",

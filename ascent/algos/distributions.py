@@ -14,24 +14,35 @@ from torch import Tensor
 _FULL_PRECISION = (torch.float32, torch.float64)
 
 
-def logprobs_from_logits(logits: Tensor, tokens: Tensor) -> Tensor:
-    """log softmax(logits)[token] for each position, in float32 or better.
+def logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> Tensor:
+    """log softmax(logits / temperature)[token] for each position, in float32 or better.
 
-    log p(y) = z_y - logsumexp(z). bf16 logits are upcast per row because the log-softmax of
-    a large vocabulary in bf16 loses the ratio precision PPO depends on.
+    log p(y) = z_y - logsumexp(z). bf16 logits are upcast per row, and divided by the
+    temperature only after the upcast (as the sampler does), because the log-softmax of a
+    large vocabulary in bf16 loses the ratio precision PPO depends on.
 
     Args:
         logits: (B, T, V) unnormalised scores, any float dtype.
         tokens: (B, T) long token ids.
+        temperature: the sampling temperature the policy is defined with.
 
     Returns:
         (B, T) log-probabilities, float32 (float64 for float64 logits), differentiable.
     """
     if logits.dtype in _FULL_PRECISION:
-        picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        return picked - torch.logsumexp(logits, dim=-1)
+        z = logits if temperature == 1.0 else logits / temperature
+        picked = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return picked - torch.logsumexp(z, dim=-1)
     pairs = zip(logits, tokens, strict=True)
-    return torch.stack([logprobs_from_logits(row.float(), ids) for row, ids in pairs])
+    return torch.stack([logprobs_from_logits(row.float(), ids, temperature) for row, ids in pairs])
+
+
+def entropy_by_rows(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """(B, T) entropies of softmax(logits / temperature) computed one row at a time without
+    gradients: the metric, at the memory of one row's (T, V) softmax rather than the batch's
+    (at a 150k vocabulary the batch's costs gigabytes per long row)."""
+    with torch.no_grad():
+        return torch.stack([_entropy(row.float() / temperature) for row in logits.detach()])
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:

@@ -35,12 +35,8 @@ def find_model_dir(target: str | Path) -> Path:
         return path
     if (path / "model" / "config.json").is_file():
         return path / "model"
-    from ascent.train.checkpoint import (
-        FINAL_MODEL,
-        STATE_FILE,
-        best_checkpoint,
-        latest_checkpoint,
-    )
+    from ascent.rundir import FINAL_MODEL, best_checkpoint, latest_checkpoint
+    from ascent.train.checkpoint import STATE_FILE
 
     if (path / STATE_FILE).is_file():
         return export_checkpoint(path)
@@ -74,15 +70,10 @@ def _run_model(path: Path) -> Any | None:
 def export_checkpoint(ckpt: Path) -> Path:
     """A trainer checkpoint's policy as `ckpt/model/` (save_pretrained, tokenizer included):
     the run's [model] rebuilt, the checkpoint's weights loaded, LoRA adapters merged."""
-    import torch
 
-    from ascent.models import load_policy, load_tokenizer
-    from ascent.train.checkpoint import (
-        LLM_KIND,
-        export_model,
-        load_checkpoint,
-        unfit_checkpoint,
-    )
+    from ascent.models import load_tokenizer
+    from ascent.train.checkpoint import export_model
+    from ascent.train.llm_checkpoint import policy_from_checkpoint
 
     model_cfg = _run_model(ckpt)
     if model_cfg is None:
@@ -90,12 +81,7 @@ def export_checkpoint(ckpt: Path) -> Path:
             f"{ckpt}: a trainer checkpoint, but no LLM run config.toml above it to rebuild the "
             "model from; pass the run directory or a save_pretrained model directory"
         )
-    state = load_checkpoint(ckpt, LLM_KIND, required=("model",))
-    policy = load_policy(model_cfg, torch.device("cpu"))
-    try:
-        policy.load_state_dict(state["model"])
-    except (RuntimeError, KeyError, TypeError) as err:
-        raise unfit_checkpoint(ckpt, err) from None
+    policy = policy_from_checkpoint(ckpt, model_cfg)
     if model_cfg.lora.enabled:
         policy = policy.merge_and_unload()
     return export_model(ckpt / "model", policy, load_tokenizer(model_cfg))

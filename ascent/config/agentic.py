@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
+from ascent.config import names
 from ascent.config.base import Section
 
 ROLES = ("hypothesis", "solver", "testgen", "summarizer")
@@ -238,10 +239,8 @@ def format_name(data: Any) -> str | None:
 
 
 def _check_task_and_roles(section: AgenticSection, data: dict[str, Any]) -> None:
-    from ascent.rollout.agentic.formats import FORMATS
-
     name = format_name(data.get("data"))
-    if name is not None and name not in FORMATS:
+    if name is not None and name not in names.AGENTIC_FORMATS:
         raise ValueError(
             f"[data] task: agentic episodes need problems with a code view; '{name}' has none "
             "(use arithmetic, or code problems from [data] path)"

@@ -224,6 +224,28 @@ def _rollouts_near(rollout_steps: int, num_envs: int, batch_size: int) -> list[i
     return sorted({lower, lower + step})
 
 
+def unsupported_space(observation_space: Any, action_space: Any) -> str | None:
+    """Why the MLP actor-critic cannot act in an env with these spaces, in one line; None
+    when it can (checked at config load and again on the vector env)."""
+    from gymnasium import spaces
+
+    if not isinstance(observation_space, spaces.Box):
+        return (
+            f"observation space {observation_space} is not supported: the MLP agent needs a Box "
+            "(a vector or array of numbers); wrap the env to encode observations as a Box"
+        )
+    if isinstance(action_space, spaces.Discrete):
+        if int(action_space.start) != 0:
+            return f"action space {action_space} is not supported: Discrete must start at 0"
+        return None
+    if isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+        return None
+    return (
+        f"action space {action_space} is not supported: the agent handles Discrete(n) and "
+        "1-D Box actions"
+    )
+
+
 def _env_spec(env_id: str) -> Any:
     import gymnasium as gym
 
@@ -237,8 +259,6 @@ def check_env(env_id: str) -> None:
     (importing 'module:' first), the env must build, and its spaces must suit the agent.
     """
     import gymnasium as gym
-
-    from ascent.models.actor_critic import unsupported_space
 
     module, sep, _ = env_id.rpartition(":")
     if sep:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ascent.config import names
 from ascent.config.base import Section
 
 BUILTIN_TRAIN_SIZE = 10000  # problems a built-in task generates when [data] train_size is unset
@@ -121,10 +122,8 @@ class DataSection(Section):
     @field_validator("task")
     @classmethod
     def _known_task(cls, value: str) -> str:
-        from ascent.data.tasks import TASKS
-
-        if value not in TASKS:
-            raise ValueError(TASKS.unknown_message(value))
+        if value not in names.TASKS:
+            raise ValueError(names.unknown_message("task", value, names.TASKS))
         return value
 
     @model_validator(mode="after")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from ascent.config import llm_rules
+from ascent.config import llm_rules, names
 from ascent.config.agentic import AgenticField, AgenticSection
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
@@ -53,7 +53,9 @@ class ModelSection(Section):
         None, description="Tokenizer id or path; unset: same as the model."
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weight dtype; auto is bfloat16 on GPUs that support it, else float32."
+        "auto",
+        description="Compute dtype (trained parameters and optimiser state stay float32); "
+        "auto is bfloat16 on GPUs that support it, else float32. float16 is refused.",
     )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward to save memory."
@@ -65,6 +67,16 @@ class ModelSection(Section):
         None, description="Reference policy for KL; unset: a frozen copy of the initial policy."
     )
     lora: LoraSection = Field(default_factory=LoraSection, description="LoRA adapters.")
+
+    @field_validator("dtype")
+    @classmethod
+    def _no_float16(cls, value: str) -> str:
+        if value == "float16":
+            raise ValueError(
+                "[model] dtype: float16 compute needs loss scaling against underflow, which "
+                'ascent does not do; use "bfloat16" (GPUs since Ampere) or "float32"'
+            )
+        return value
 
 
 class RolloutSection(Section):
@@ -370,12 +382,10 @@ class LLMConfig(Section):
     @field_validator("rollout")
     @classmethod
     def _engine_available(cls, rollout: RolloutSection) -> RolloutSection:
-        from ascent.rollout import ENGINES
-
-        if rollout.engine not in ENGINES:
+        if rollout.engine not in names.ENGINES:
             raise ValueError(
                 f"[rollout] engine: '{rollout.engine}' is not available yet; "
-                f"valid: {', '.join(ENGINES.names())}"
+                f"valid: {', '.join(names.ENGINES)}"
             )
         return rollout
 

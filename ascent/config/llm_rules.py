@@ -264,3 +264,38 @@ def inert_settings(cfg: LLMConfig) -> list[str]:
         f"clip never binds; set [train] mini_batch_size = {mini} (4 steps per batch) for it "
         "to act, or remove the key"
     ]
+
+
+def world_size_rules(cfg: LLMConfig, world: int) -> None:
+    """What a run on `world` ranks needs (raises ValueError, one line, with the fix)."""
+    if world == 1:
+        return
+    g, t = cfg.rollout.group_size, cfg.train
+    prompts = (t.batch_size - cfg.replay_rows) // g
+    if prompts % world:
+        options = sorted(
+            {
+                world * k * g + cfg.replay_rows
+                for k in (max(1, prompts // world), prompts // world + 1)
+            }
+        )
+        raise ValueError(
+            f"[train] batch_size: {prompts} prompts per step cannot be shared by {world} ranks "
+            f"(each rolls out whole groups of {g}); try batch_size = "
+            f"{' or '.join(map(str, options))}"
+        )
+    if cfg.replay_rows % world:
+        raise ValueError(
+            f"[sampling] replay_ratio: {cfg.replay_rows} replayed rows per step cannot be shared "
+            f"by {world} ranks; choose a ratio whose row count is a multiple of {world}"
+        )
+    refused = {
+        "[agentic] enabled": cfg.agentic.enabled,
+        '[critic] architecture = "head"': cfg.critic.architecture == "head",
+        "[model.lora] enabled": cfg.model.lora.enabled,
+    }
+    for what, on in refused.items():
+        if on:
+            raise ValueError(
+                f"{what}: not supported on several ranks yet; run it in one process (no --nproc)"
+            )

@@ -3,6 +3,7 @@ tiny model."""
 
 from ascent.models.loading import (
     load_critic,
+    load_frozen,
     load_policy,
     load_reference,
     load_tokenizer,
@@ -21,6 +22,7 @@ __all__ = [
     "build_tiny_model",
     "ensure_tiny",
     "load_critic",
+    "load_frozen",
     "load_policy",
     "load_reference",
     "load_tokenizer",

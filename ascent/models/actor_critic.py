@@ -25,28 +25,10 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from ascent.algos import entropy_from_logits
+from ascent.config.classic import unsupported_space
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
-
-
-def unsupported_space(observation_space: spaces.Space, action_space: spaces.Space) -> str | None:
-    """Why this agent cannot act in an env with these spaces, in one line; None when it can."""
-    if not isinstance(observation_space, spaces.Box):
-        return (
-            f"observation space {observation_space} is not supported: the MLP agent needs a Box "
-            "(a vector or array of numbers); wrap the env to encode observations as a Box"
-        )
-    if isinstance(action_space, spaces.Discrete):
-        if int(action_space.start) != 0:
-            return f"action space {action_space} is not supported: Discrete must start at 0"
-        return None
-    if isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
-        return None
-    return (
-        f"action space {action_space} is not supported: the agent handles Discrete(n) and "
-        "1-D Box actions"
-    )
 
 
 def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:

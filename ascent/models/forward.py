@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ascent.algos import entropy_from_logits, logprobs_from_logits
+from ascent.algos import entropy_by_rows, entropy_from_logits, logprobs_from_logits
 from ascent.models.interface import call_with_cache, checkpointing, output_cache, prompt_positions
 from ascent.rollout.batch import RolloutBatch
 
@@ -24,7 +24,7 @@ def _shared_prefix_logits(model: nn.Module, batch: RolloutBatch) -> Tensor | Non
     r = batch.response_ids.shape[1]
     keyed = torch.cat([batch.prompt_ids, batch.prompt_mask.long()], dim=-1)
     unique, inverse = torch.unique(keyed, dim=0, return_inverse=True)
-    if p < 2 or unique.shape[0] == b or checkpointing(model):
+    if p < 2 or unique.shape[0] == b or checkpointing(model) or _sharded(model):
         return None
     u_ids, u_mask = unique[:, : p - 1], unique[:, p : 2 * p - 1]
     prefix = model(
@@ -47,6 +47,14 @@ def _shared_prefix_logits(model: nn.Module, batch: RolloutBatch) -> Tensor | Non
         use_cache=True,
     )
     return out.logits
+
+
+def _sharded(model: nn.Module) -> bool:
+    """FSDP2 frees a layer's gathered weights after each forward and gathers them again for
+    the backward of the last one only, so one module may not run twice in a graph."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def _full_logits(model: nn.Module, batch: RolloutBatch) -> Tensor:
@@ -74,22 +82,27 @@ def response_values(critic: nn.Module, batch: RolloutBatch) -> Tensor:
 
 
 def response_logprobs(
-    model: nn.Module, batch: RolloutBatch, temperature: float = 1.0, *, with_entropy: bool = False
+    model: nn.Module, batch: RolloutBatch, temperature: float = 1.0, *, entropy: str = "none"
 ) -> tuple[Tensor, Tensor | None]:
     """log pi(a_t | prompt, a_<t) at every response position, and optionally the entropy.
 
     Args:
         model: a transformers causal LM (optionally peft-wrapped).
         batch: prompt and response tokens; the masks say which positions count.
-        temperature: logits are divided by it, as when sampling, so the result refers to
-            the same policy as the engine's log-probs.
-        with_entropy: also return the entropy of the next-token distribution.
+        temperature: logits are divided by it (after the upcast to float32, as when
+            sampling), so the result refers to the same policy as the engine's log-probs.
+        entropy: "none"; "loss": differentiable, for a loss term; "metric": without
+            gradients, one row at a time (the full-vocabulary softmax is the costliest
+            tensor of a step, so it is only kept whole when a loss needs it).
 
     Returns:
         logprobs (B, R) float32, and entropy (B, R) float32 or None; padding positions hold
         values that the masks exclude.
     """
-    logits = _response_outputs(model, batch) / temperature
-    logp = logprobs_from_logits(logits, batch.response_ids)
-    entropy = entropy_from_logits(logits) if with_entropy else None
-    return logp, entropy
+    logits = _response_outputs(model, batch)
+    logp = logprobs_from_logits(logits, batch.response_ids, temperature)
+    if entropy == "loss":
+        return logp, entropy_from_logits(logits.float() / temperature)
+    if entropy == "metric":
+        return logp, entropy_by_rows(logits, temperature)
+    return logp, None

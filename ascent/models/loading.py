@@ -40,7 +40,8 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto` is bfloat16 on a GPU that supports it, else float32 (CPU bf16 loses PPO ratios)."""
+    """The compute dtype: `auto` is bfloat16 on a GPU that supports it, else float32 (CPU
+    bf16 loses PPO ratios). Trained parameters stay float32 whatever this is."""
     if name != "auto":
         return _DTYPES[name]
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -66,14 +67,43 @@ def load_tokenizer(cfg: ModelSection) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def _from_pretrained(source: str, cfg: ModelSection, device: torch.device) -> PreTrainedModel:
+def _from_pretrained(
+    source: str, cfg: ModelSection, device: torch.device, dtype: torch.dtype
+) -> PreTrainedModel:
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=resolve_dtype(cfg.dtype, device), trust_remote_code=cfg.trust_remote_code
+            source, dtype=dtype, trust_remote_code=cfg.trust_remote_code
         )
     except (OSError, ValueError) as err:
         raise AscentError(_load_hint("model", source, err)) from None
+    disable_dropout(model)
     return model.to(device)
+
+
+DROPOUT_SETTINGS = (
+    "attention_dropout",
+    "hidden_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "dropout",
+    "activation_dropout",
+    "classifier_dropout",
+)
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """No dropout anywhere in RL: sampling runs in eval mode, so a training forward with
+    dropout would give other log-probs for the same tokens (the PPO ratio would not be 1
+    where it must be). Covers dropout modules (LoRA's included) and the attention dropout
+    transformers reads from the config."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    for key in DROPOUT_SETTINGS:
+        if isinstance(getattr(config, key, None), float):
+            setattr(config, key, 0.0)
 
 
 def _load_hint(what: str, source: str, err: Exception) -> str:
@@ -86,38 +116,53 @@ def _load_hint(what: str, source: str, err: Exception) -> str:
 
 
 def load_policy(cfg: ModelSection, device: torch.device) -> PreTrainedModel:
-    """The policy to train: weights from `name_or_path`, in train mode, with optional LoRA."""
-    model = _from_pretrained(resolve_model_path(cfg.name_or_path), cfg, device)
+    """The policy to train: float32 weights from `name_or_path` (the master copy; the forward
+    runs in the compute dtype), in train mode without dropout, with optional LoRA."""
+    model = _from_pretrained(resolve_model_path(cfg.name_or_path), cfg, device, torch.float32)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora.enabled:
         model = _add_lora(model, cfg.lora)
+        disable_dropout(model)
     model.train()
     return model
 
 
-def load_reference(cfg: ModelSection, device: torch.device) -> PreTrainedModel:
-    """The frozen reference policy for KL: `ref_model`, or the initial policy's weights.
+def load_reference(
+    cfg: ModelSection, device: torch.device, dtype: torch.dtype | None = None
+) -> PreTrainedModel:
+    """The frozen reference policy for KL: `ref_model`, or the initial policy's weights, in
+    `dtype` (default: the compute dtype; it never trains).
 
     It is loaded from disk rather than copied from the policy, so that a resumed run still
     measures KL against the policy the run started from, not against its checkpoint.
     """
-    source = resolve_model_path(cfg.ref_model or cfg.name_or_path)
-    model = _from_pretrained(source, cfg, device)
+    return load_frozen(cfg.ref_model or cfg.name_or_path, cfg, device, dtype)
+
+
+def load_frozen(
+    name_or_path: str, cfg: ModelSection, device: torch.device, dtype: torch.dtype | None = None
+) -> PreTrainedModel:
+    """A plain causal LM (no LoRA) that never trains, in eval mode: a reference, an engine's
+    own copy of the policy, or the shell `final-model/` is written from."""
+    source = resolve_model_path(name_or_path)
+    model = _from_pretrained(source, cfg, device, dtype or resolve_dtype(cfg.dtype, device))
     model.eval()
     model.requires_grad_(False)
     return model
 
 
 def load_critic(
-    cfg: CriticSection, model_cfg: ModelSection, policy: nn.Module, device: torch.device
+    cfg: CriticSection, model_cfg: ModelSection, policy: nn.Module | None, device: torch.device
 ) -> ValueModel:
     """The value model `[critic]` asks for: a head on `policy`'s trunk, or a separate critic
-    loaded from `[critic] name_or_path` (unset: the policy's initial weights)."""
+    with float32 weights loaded from `[critic] name_or_path` (unset: the policy's initial
+    weights)."""
     if cfg.architecture == "head":
+        assert policy is not None
         return value_head(policy)
     source = resolve_model_path(cfg.name_or_path or model_cfg.name_or_path)
-    critic = separate_critic(_from_pretrained(source, model_cfg, device))
+    critic = separate_critic(_from_pretrained(source, model_cfg, device, torch.float32))
     if model_cfg.gradient_checkpointing:
         critic.trunk.gradient_checkpointing_enable()
     return critic

@@ -48,8 +48,8 @@ def nan_loss(rows: Sequence[Row]) -> Finding | None:
                 "nan_loss",
                 int(row.get("step", 0)),
                 "the loss is NaN/inf",
-                "lower optim.lr, keep train.max_grad_norm set, and use bfloat16 rather than "
-                "float16 (model.dtype); then resume from the last good checkpoint",
+                "lower optim.lr, keep train.max_grad_norm set, and try float32 compute "
+                "(model.dtype); then resume from the last good checkpoint",
             )
     return None
 

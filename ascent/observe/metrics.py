@@ -17,8 +17,7 @@ from typing import Any
 
 from ascent.config.run import LoggingSection
 from ascent.observe.trackers import Tracker, open_tracker
-from ascent.train.checkpoint import write_text_atomic
-from ascent.train.rundir import RunDir
+from ascent.rundir import RunDir, write_text_atomic
 
 
 def _clean(value: Any) -> Any:

@@ -43,6 +43,7 @@ class TrainProgress:
         description: str = "train",
         start: int = 0,
         console: Console | None = None,
+        quiet: bool = False,
     ) -> None:
         self.total = total
         self.fields = dict(fields)
@@ -56,6 +57,7 @@ class TrainProgress:
         self._progress: Progress | None = None
         self._task: Any = None
         self.description = description
+        self.quiet = quiet  # print nothing at all (ranks other than 0 of a multi-rank run)
 
     def __enter__(self) -> TrainProgress:
         if self._live:
@@ -107,6 +109,8 @@ class TrainProgress:
 
     def print(self, line: str) -> None:
         """Print above the bar (or as a plain line) without breaking it."""
+        if self.quiet:
+            return
         if self._progress is not None:
             self._progress.console.print(line, highlight=False)
         else:

@@ -30,6 +30,9 @@ class RolloutBatch:
     group_ids: Tensor
     # (B,) bool: the row ended with EOS; False when max_new_tokens cut it.
     finished: Tensor
+    # (B,) long: the policy version (optimiser updates before sampling) that sampled the row;
+    # for a multi-turn row, the oldest version that sampled any of its tokens.
+    versions: Tensor
 
     def __post_init__(self) -> None:
         b, r = self.response_ids.shape
@@ -39,6 +42,7 @@ class RolloutBatch:
             "logprobs": (b, r),
             "group_ids": (b,),
             "finished": (b,),
+            "versions": (b,),
         }
         if self.prompt_ids.shape[0] != b:
             raise ValueError(f"prompt_ids has {self.prompt_ids.shape[0]} rows, expected {b}")
@@ -108,6 +112,7 @@ class RolloutBatch:
             logprobs=torch.cat([pad(b.logprobs, r, 0, False) for b in batches]),
             group_ids=torch.cat([b.group_ids for b in batches]),
             finished=torch.cat([b.finished for b in batches]),
+            versions=torch.cat([b.versions for b in batches]),
         )
 
     def to(self, device: torch.device) -> RolloutBatch:

@@ -1,11 +1,21 @@
-"""The rollout-engine interface and the registry that maps `[rollout] engine` to one."""
+"""The rollout-engine interface and the registry that maps `[rollout] engine` to one.
+
+An engine samples completions (`generate`) with the weights of one policy version, and is
+brought to a newer version by `sync_weights(weights, version)`, where `weights` is an
+iterable of (name, tensor) under the plain model's parameter names (the actor's
+`weights()`: LoRA merged, shards gathered). The iterable is lazy: an engine that decodes
+the trainer's own module in place (the transformers engine's fast path on one device) only
+records the version and never consumes it, so no copy is made. Every row an engine returns
+carries the version that sampled it (`RolloutBatch.versions`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import torch
+from torch import Tensor
 
 from ascent.registry import Registry
 from ascent.rollout.batch import RolloutBatch
@@ -18,6 +28,11 @@ class RolloutEngine(Protocol):
     # True when `RolloutBatch.logprobs` are the trained policy's own log-probs (same weights,
     # same numerics), so the trainer can use them as the old policy's without a forward pass.
     exact_logprobs: bool
+    version: int  # the policy version of the weights it samples with
+
+    def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        """Sample with these weights (policy `version`) from the next `generate` on."""
+        ...
 
     def generate(
         self,

@@ -1,13 +1,26 @@
 """The default rollout engine: batched sampling from a transformers model in this process.
 
-It decodes with the very module the trainer updates (no weight sync), so its log-probs are
-the policy's own. Each distinct prompt is prefilled once and its KV cache shared by its
-`n` completions; decoding stops as soon as every row has produced EOS.
+Two ways to hold the weights:
+
+- live (`TransformersEngine(live=actor.live_module)`, the fast path on one device and under
+  FSDP): it decodes the very module the trainer updates, entered through the actor's
+  context (which gathers FSDP shards for the duration), so there is nothing to copy and its
+  log-probs are the policy's own; `sync_weights` only records the version.
+- own copy (`TransformersEngine(model=...)`): a model of its own, loaded by `sync_weights`
+  from the actor's weight stream. Used where sampling must go on while the trainer changes
+  its weights (agentic rollouts on a producer thread): the weights are staged by
+  `sync_weights` and swapped in between two `generate` calls, so every call samples with one
+  known version.
+
+Each distinct prompt is prefilled once and its KV cache shared by its `n` completions;
+decoding stops as soon as every row has produced EOS.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -35,18 +48,67 @@ def left_pad(
 
 @ENGINES.register("transformers")
 class TransformersEngine:
-    exact_logprobs = True
-
     def __init__(
-        self, model: nn.Module, *, pad_id: int, eos_ids: Sequence[int], fast: bool = True
+        self,
+        model: nn.Module | None = None,
+        *,
+        live: Callable[[], contextlib.AbstractContextManager[nn.Module]] | None = None,
+        pad_id: int,
+        eos_ids: Sequence[int],
+        fast: bool = True,
+        version: int = 0,
     ) -> None:
+        if (model is None) == (live is None):
+            raise ValueError("pass the engine's own model, or live= (the trainer's module)")
         self.model = model
+        self.live = live
+        self.exact_logprobs = live is not None  # the trainer's own weights and numerics
         self.pad_id = pad_id
         self.eos_ids = torch.as_tensor(sorted(set(eos_ids)), dtype=torch.long)
-        self.fast = fast and StaticLlamaDecoder.supports(model)
+        self.fast = fast
+        self.version = version
+        self._staged: tuple[int, dict[str, Tensor]] | None = None
+        self._lock = threading.Lock()
 
-    def _decoder(self) -> StaticLlamaDecoder | CacheDecoder:
-        return StaticLlamaDecoder(self.model) if self.fast else CacheDecoder(self.model)
+    def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        if self.live is not None:
+            self.version = version  # the module IS the trainer's: nothing to load
+            return
+        staged = {name: tensor.detach().clone() for name, tensor in weights}
+        with self._lock:
+            self._staged = (version, staged)
+
+    def _apply_staged(self) -> None:
+        with self._lock:
+            staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        version, tensors = staged
+        own = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+        missing = [name for name in own if name not in tensors and "inv_freq" not in name]
+        unknown = [name for name in tensors if name not in own]
+        if unknown or missing:
+            raise ValueError(
+                f"weights do not fit the engine's model: unknown {unknown[:3]}, "
+                f"missing {missing[:3]}"
+            )
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                own[name].copy_(tensor)
+        self.version = version
+
+    @contextlib.contextmanager
+    def _module(self):
+        if self.live is not None:
+            with self.live() as module:
+                yield module
+        else:
+            self._apply_staged()
+            yield self.model
+
+    def _decoder(self, module: nn.Module) -> StaticLlamaDecoder | CacheDecoder:
+        fast = self.fast and StaticLlamaDecoder.supports(module)
+        return StaticLlamaDecoder(module) if fast else CacheDecoder(module)
 
     @torch.no_grad()
     def generate(
@@ -59,14 +121,17 @@ class TransformersEngine:
     ) -> RolloutBatch:
         if len(group_ids) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(group_ids)} group ids")
-        device = next(self.model.parameters()).device
-        prompt_ids, prompt_mask = left_pad(prompts, self.pad_id, device)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            tokens, logprobs, finished = self._decode(prompt_ids, prompt_mask, n, params, generator)
-        finally:
-            self.model.train(was_training)
+        with self._module() as module:
+            device = next(module.parameters()).device
+            prompt_ids, prompt_mask = left_pad(prompts, self.pad_id, device)
+            was_training = module.training
+            module.eval()
+            try:
+                tokens, logprobs, finished = self._decode(
+                    module, prompt_ids, prompt_mask, n, params, generator
+                )
+            finally:
+                module.train(was_training)
         produced = torch.cat([torch.ones_like(finished[:, :1]), ~finished[:, :-1]], dim=-1)
         return RolloutBatch(
             prompt_ids=prompt_ids.repeat_interleave(n, dim=0),
@@ -78,10 +143,12 @@ class TransformersEngine:
                 n
             ),
             finished=finished[:, -1],
+            versions=torch.full((tokens.shape[0],), self.version, dtype=torch.long, device=device),
         )
 
     def _decode(
         self,
+        module: nn.Module,
         prompt_ids: Tensor,
         prompt_mask: Tensor,
         n: int,
@@ -89,7 +156,7 @@ class TransformersEngine:
         generator: torch.Generator | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """(B, R) tokens, (B, R) log-probs and (B, R) `finished after step t` flags."""
-        decoder = self._decoder()
+        decoder = self._decoder(module)
         logits = decoder.prefill(prompt_ids, prompt_mask, n, params.max_new_tokens)
         eos = self.eos_ids.to(logits.device)
         done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)

@@ -1,18 +1,67 @@
-"""Training: the LLM RL loop, the classic PPO loop, and what they share (run dir, checkpoints)."""
+"""Training: the LLM RL loop, the classic PPO loop, and what they share (run dir, checkpoints).
+
+`run_training` runs one job on this process's rank: one process by default, or one of the
+ranks of `ascent train --nproc N` / torchrun (`Dist.from_env`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ascent.config import AnyConfig, ClassicConfig, LLMConfig
-from ascent.train.rundir import RunDir
+from ascent.rundir import RunDir
+from ascent.train.distributed import Dist
 from ascent.train.runtime import setup_runtime
 
 
-def run_training(cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool = False) -> Path:
+def create_run_dir(
+    cfg: AnyConfig, dist: Dist, *, resume: Path | None = None, overwrite: bool = False
+) -> RunDir:
+    """Rank 0 creates (or resumes) the run directory; every rank gets the same `RunDir`."""
+    run_dir = RunDir.create(cfg, resume=resume, overwrite=overwrite) if dist.main else None
+    return dist.broadcast(run_dir)
+
+
+def check_world_size(cfg: AnyConfig, world: int) -> None:
+    """Refuse (one line) a config that cannot run on `world` ranks."""
+    from ascent.config.llm_rules import world_size_rules
+    from ascent.errors import ConfigError
+
+    if world == 1:
+        return
+    if not isinstance(cfg, LLMConfig):
+        raise ConfigError("--nproc runs LLM recipes; classic PPO runs in one process")
+    try:
+        world_size_rules(cfg, world)
+    except ValueError as err:
+        raise ConfigError(f"{cfg.source}: {err} (--nproc {world})") from None
+
+
+def train_rank(
+    config: str | None, overrides: list[str], resume: str | None, overwrite: bool
+) -> str:
+    """One rank of `ascent train --nproc N`, in a process the launcher started."""
+    from ascent.config import load_config
+
+    cfg = load_config(config, overrides)
+    resume_path = Path(resume) if resume else None
+    return str(run_training(cfg, resume=resume_path, overwrite=overwrite))
+
+
+def run_training(
+    cfg: AnyConfig,
+    *,
+    resume: Path | None = None,
+    overwrite: bool = False,
+    dist: Dist | None = None,
+) -> Path:
     """Run one training job described by `cfg`; return the path of its summary.json."""
-    run_dir = RunDir.create(cfg, resume=resume, overwrite=overwrite)
-    setup_runtime(cfg.run)
+    if dist is None:
+        dist = Dist.from_env(cfg.run.device)
+    if dist.distributed:
+        check_world_size(cfg, dist.world_size)
+    run_dir = create_run_dir(cfg, dist, resume=resume, overwrite=overwrite)
+    setup_runtime(cfg.run, dist.world_size)
     if isinstance(cfg, ClassicConfig):
         from ascent.train.classic import train_classic
 
@@ -20,10 +69,10 @@ def run_training(cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool 
     elif isinstance(cfg, LLMConfig):
         from ascent.train.llm import train_llm
 
-        train_llm(cfg, run_dir)
+        train_llm(cfg, run_dir, dist)
     else:  # pragma: no cover - the loader only builds the two kinds above
         raise TypeError(f"unknown config type {type(cfg).__name__}")
     return run_dir.summary_path
 
 
-__all__ = ["RunDir", "run_training"]
+__all__ = ["Dist", "RunDir", "check_world_size", "create_run_dir", "run_training", "train_rank"]

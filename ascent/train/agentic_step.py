@@ -3,9 +3,10 @@
     episodes (producer thread, async_workers in flight, <= max_staleness versions behind)
       -> rows (policy tokens mask 1, observations mask 0, behaviour log-probs)
       -> credit: w_imm * A_immediate(turn) + w_delay * A_delayed(episode)   (ascent.algos.agentic)
-      -> update_policy (the shared one), with the off-policy weight
+      -> actor.update (the shared one), with the off-policy weight
          min(pi_old / pi_behaviour, correction_clip) when off_policy_correction = true
-      -> publish the new weights to the producer
+      -> engine.sync_weights: the producer's engine (a copy of its own) samples the new
+         version from its next generate call
 
 A step with no episode to train on (every one left unjudged by a sandbox failure, or holding
 no policy token) is skipped; `[agentic] max_skipped_steps` of them in a row stop the run with
@@ -26,7 +27,6 @@ continues from the next undrawn problem but does not replay the uninterrupted ru
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -40,27 +40,19 @@ from ascent.config.agentic import ROLES, format_name
 from ascent.data import uses_chat_template
 from ascent.errors import AscentError
 from ascent.rewards.sandbox import SandboxPool
+from ascent.rollout import RolloutEngine
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
 from ascent.rollout.agentic.formats import FORMATS
 from ascent.rollout.agentic.producer import EpisodeProducer, Group
-from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher, PolicySnapshot
+from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.rows import AgenticRows, build_rows
 from ascent.rollout.agentic.verify import Verifier
+from ascent.rundir import RunDir
 from ascent.train.agentic_metrics import episode_metrics, row_metrics, sample_view
 from ascent.train.llm_setup import LLMRun, make_engine, updates_per_step
-from ascent.train.llm_step import Scored, policy_logprobs
-from ascent.train.llm_update import TrainBatch, update_policy
-from ascent.train.rundir import RunDir
-
-
-def loss_run(run: LLMRun) -> LLMRun:
-    """The run as the update sees it: the policy loss caps the off-policy weight at
-    correction_clip when off_policy_correction is on (shared objects, not copies)."""
-    a = run.cfg.agentic
-    cap = a.correction_clip if a.off_policy_correction else None
-    params = dataclasses.replace(run.parts.loss_params, is_cap=cap)
-    return dataclasses.replace(run, parts=dataclasses.replace(run.parts, loss_params=params))
+from ascent.train.llm_step import Scored
+from ascent.train.train_batch import TrainBatch
 
 
 def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, float]]:
@@ -94,8 +86,8 @@ def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, 
     behaviour, old = None, rollout.logprobs
     if a.off_policy_correction:
         behaviour = rollout.logprobs
-        old = policy_logprobs(run.policy, run, rollout) if updates_per_step(run.cfg) > 1 else None
-    ref = policy_logprobs(run.reference, run, rollout) if run.parts.kl is not None else None
+        old = run.actor.logprobs(rollout) if updates_per_step(run.cfg) > 1 else None
+    ref = run.reference.logprobs(rollout) if run.reference is not None else None
     metrics = {
         "adv_std": float(credit.advantages.std()) if len(refs) > 1 else 0.0,
         "adv/immediate_std": float(credit.immediate.std()) if len(refs) > 1 else 0.0,
@@ -121,12 +113,11 @@ class AgenticTrainer:
     def __init__(self, run: LLMRun) -> None:
         cfg = run.cfg
         self.run = run
-        self.loss_run = loss_run(run)
         self.format = FORMATS.get(format_name(cfg.data) or "code")
         self.usage = UsageLedger()
         self.pool = SandboxPool(cfg.sandbox)
         self.verifier = Verifier(self.pool, cfg.reward.code, cfg.sandbox)
-        self.snapshot: PolicySnapshot | None = None
+        self.engine: RolloutEngine | None = None
         self.batcher: PolicyBatcher | None = None
         self.producer: EpisodeProducer | None = None
         self._sandbox_runs = 0
@@ -184,11 +175,11 @@ class AgenticTrainer:
 
     def _start(self, version: int) -> None:
         run, cfg = self.run, self.run.cfg
-        self.snapshot = PolicySnapshot(run.policy, version)
+        self.engine = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
+        self.engine.sync_weights(run.actor.weights(), version)
         generator = torch.Generator(device=run.device).manual_seed(cfg.run.seed * 7919 + version)
         self.batcher = PolicyBatcher(
-            self.snapshot,
-            make_engine(cfg, self.snapshot.model, run.tokenizer),
+            self.engine,
             run.tokenizer,
             run.sampling,
             generator,
@@ -211,7 +202,7 @@ class AgenticTrainer:
         version = step - 1  # the policy after step - 1 updates
         if self.producer is None:
             self._start(version)
-        assert self.producer is not None and self.snapshot is not None
+        assert self.producer is not None and self.engine is not None
         t0 = time.perf_counter()
         groups, dropped = self.producer.take(run.prompts_per_step, version)
         t1 = time.perf_counter()
@@ -219,13 +210,14 @@ class AgenticTrainer:
         episodes = [e for g in groups for e in g.episodes if e.valid]
         rows = build_rows(episodes, run.tokenizer.pad_token_id, run.device) if episodes else None
         if rows is not None:
-            batch, credit_metrics = credit_batch(self.loss_run, rows)
+            batch, credit_metrics = credit_batch(run, rows)
             metrics |= credit_metrics | row_metrics(rows, version)
-            metrics |= update_policy(self.loss_run, batch, step)
+            metrics |= run.actor.update(batch, step)
         else:
             metrics["update_skipped"] = 1.0
         self._count_skipped(groups, skipped=rows is None)
-        self.snapshot.publish(step, run.policy)
+        run.version = step
+        self.engine.sync_weights(run.actor.weights(), step)
         self.producer.publish(step)
         t2 = time.perf_counter()
         tokens = rows.rollout.num_tokens if rows is not None else 0
@@ -279,7 +271,7 @@ def empty_scored(device: torch.device) -> Scored:
     from ascent.rollout import RolloutBatch
 
     z = torch.zeros((0, 1), dtype=torch.long, device=device)
-    empty = RolloutBatch(z, z, z, z.float(), z.float(), z[:, 0], z[:, 0].bool())
+    empty = RolloutBatch(z, z, z, z.float(), z.float(), z[:, 0], z[:, 0].bool(), z[:, 0])
     return Scored(empty, [], [], RewardOutput([], {}, []))
 
 

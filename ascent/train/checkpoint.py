@@ -38,43 +38,23 @@ import numpy as np
 import torch
 
 from ascent.errors import AscentError
+from ascent.rundir import (
+    BEST_FILE,
+    META_FILE,
+    checkpoint_name,
+    latest_checkpoint,
+    list_checkpoints,
+    read_best,
+    replace_dir,
+    write_json_atomic,
+)
+from ascent.train.distributed import Dist
+from ascent.train.shards import save_shards
 
 STATE_FILE = "state.pt"
-META_FILE = "meta.json"
-BEST_FILE = "best.json"
-PREFIX = "step-"
-FINAL_MODEL = "final-model"
 KIND_KEY = "kind"
 LLM_KIND, CLASSIC_KIND = "llm", "classic"  # the values of `kind`
 PLAIN = (bool, int, float, str, type(None), torch.Tensor, torch.dtype, torch.Size)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that readers see the old or the new file, never half."""
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # debris of a killed write
-        stale.unlink(missing_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Move the complete directory `tmp` to `final`, replacing what is there without a gap."""
-    _fsync_tree(tmp)
-    if final.exists():
-        old = final.parent / f".tmp-old-{final.name}-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
 
 
 def export_model(target: Path, model: Any, tokenizer: Any) -> Path:
@@ -90,55 +70,6 @@ def export_model(target: Path, model: Any, tokenizer: Any) -> Path:
     return target
 
 
-def checkpoint_name(step: int) -> str:
-    return f"{PREFIX}{step:06d}"
-
-
-def _fsync_tree(root: Path) -> None:
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def list_checkpoints(ckpt_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
-    if not ckpt_dir.is_dir():
-        return []
-    found = [
-        p
-        for p in ckpt_dir.iterdir()
-        if p.is_dir() and p.name.startswith(PREFIX) and (p / META_FILE).is_file()
-    ]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
-
-
-def latest_checkpoint(run_or_ckpt_dir: Path) -> Path | None:
-    ckpt_dir = _ckpt_dir(Path(run_or_ckpt_dir))
-    found = list_checkpoints(ckpt_dir)
-    return found[-1] if found else None
-
-
-def best_checkpoint(run_or_ckpt_dir: Path) -> Path | None:
-    ckpt_dir = _ckpt_dir(Path(run_or_ckpt_dir))
-    best = _read_best(ckpt_dir)
-    if best is None:
-        return None
-    path = ckpt_dir / checkpoint_name(int(best["step"]))
-    return path if (path / META_FILE).is_file() else None
-
-
-def _ckpt_dir(path: Path) -> Path:
-    return path / "checkpoints" if (path / "checkpoints").is_dir() else path
-
-
-def _read_best(ckpt_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((ckpt_dir / BEST_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
 def save_checkpoint(
     ckpt_dir: Path,
     step: int,
@@ -147,37 +78,68 @@ def save_checkpoint(
     metric: float | None = None,
     keep_last: int = 2,
     write_extra: Callable[[Path], None] | None = None,
+    shards: dict[str, Any] | None = None,
+    rank_state: dict[str, Any] | None = None,
+    dist: Dist | None = None,
 ) -> Path:
     """Atomically write checkpoint `step`; track the best by `metric` (higher is better).
 
-    `state` holds tensors and plain values only (`check_plain`): state dicts, RNG states as
-    returned by `capture_rng_state`, counters. `write_extra(tmp_dir)` may add files (e.g.
-    `model.save_pretrained(tmp_dir / "model")`) before the checkpoint becomes visible.
+    `state` (rank 0's) and `rank_state` (each rank's own: its sampling stream) hold tensors
+    and plain values only (`check_plain`): state dicts, RNG states as returned by
+    `capture_rng_state`, counters. `shards` (the workers' `checkpoint_state`: weights and
+    optimiser state, sharded on several ranks) goes to `shards/` with DCP. `write_extra(tmp)`
+    may add files (e.g. `model.save_pretrained(tmp / "model")`). On several ranks every rank
+    calls this together; rank 0 alone renames the finished directory into place.
     """
+    dist = dist or Dist.single()
     check_plain(state)
+    check_plain(rank_state or {})
     ckpt_dir = Path(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ckpt_dir.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
     final = ckpt_dir / checkpoint_name(step)
-    tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
-    tmp.mkdir()
-    torch.save(state, tmp / STATE_FILE)
-    if write_extra is not None:
-        write_extra(tmp)
-    (tmp / META_FILE).write_text(json.dumps({"step": step, "metric": metric}) + "\n")
-    replace_dir(tmp, final)  # re-saving a step (e.g. after a resume) swaps, never leaves a gap
-    if metric is not None:
-        best = _read_best(ckpt_dir)
-        if best is None or best.get("metric") is None or metric > best["metric"]:
-            write_json_atomic(ckpt_dir / BEST_FILE, {"step": step, "metric": metric})
-    _prune(ckpt_dir, keep_last)
+    tmp = ckpt_dir / f".tmp-{final.name}"
+    if dist.main:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ckpt_dir.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+    dist.barrier()
+    if shards is not None:
+        save_shards(tmp, shards)
+    if rank_state is not None:
+        torch.save(rank_state, tmp / rank_file(dist.rank))
+    dist.barrier()
+    if dist.main:
+        torch.save(state, tmp / STATE_FILE)
+        if write_extra is not None:
+            write_extra(tmp)
+        meta = {"step": step, "metric": metric, "world_size": dist.world_size}
+        (tmp / META_FILE).write_text(json.dumps(meta) + "\n")
+        replace_dir(tmp, final)  # re-saving a step (after a resume) swaps, never leaves a gap
+        if metric is not None:
+            best = read_best(ckpt_dir)
+            if best is None or best.get("metric") is None or metric > best["metric"]:
+                write_json_atomic(ckpt_dir / BEST_FILE, {"step": step, "metric": metric})
+        _prune(ckpt_dir, keep_last)
+    dist.barrier()
     return final
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{rank}.pt"
+
+
+def load_rank_state(checkpoint: Path, dist: Dist) -> dict[str, Any] | None:
+    """This rank's own state from `checkpoint`, or None when the checkpoint was written by
+    another number of ranks (each rank's stream then restarts from a seed)."""
+    meta = json.loads((checkpoint / META_FILE).read_text())
+    if meta.get("world_size", 1) != dist.world_size:
+        return None
+    return _read_plain(checkpoint / rank_file(dist.rank))
 
 
 def _prune(ckpt_dir: Path, keep_last: int) -> None:
     found = list_checkpoints(ckpt_dir)
-    best = _read_best(ckpt_dir)
+    best = read_best(ckpt_dir)
     protected = {p.name for p in found[-keep_last:]}
     if best is not None:
         protected.add(checkpoint_name(int(best["step"])))

@@ -71,6 +71,7 @@ from ascent.config.classic import ClassicConfig, ClassicOptimSection, ClassicTra
 from ascent.models.actor_critic import ActorCritic
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
+from ascent.rundir import RunDir
 from ascent.train.checkpoint import (
     CLASSIC_KIND,
     KIND_KEY,
@@ -87,7 +88,6 @@ from ascent.train.classic_rollout import (
     Samples,
     make_vector_env,
 )
-from ascent.train.rundir import RunDir
 from ascent.train.runtime import resolve_device
 
 GAE = ADVANTAGES.get("gae")

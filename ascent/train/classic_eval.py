@@ -18,12 +18,8 @@ import torch
 from ascent.config.classic import ClassicConfig
 from ascent.errors import AscentError
 from ascent.models.actor_critic import ActorCritic
-from ascent.train.checkpoint import (
-    CLASSIC_KIND,
-    best_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-)
+from ascent.rundir import best_checkpoint, latest_checkpoint
+from ascent.train.checkpoint import CLASSIC_KIND, load_checkpoint
 from ascent.train.runtime import resolve_threads
 
 EVAL_SEED_OFFSET = 10_000

@@ -34,9 +34,9 @@ import torch
 from torch import Tensor
 
 from ascent.algos import AdvantageBatch
-from ascent.config.classic import EnvSection
+from ascent.config.classic import EnvSection, unsupported_space
 from ascent.errors import AscentError
-from ascent.models.actor_critic import ActorCritic, unsupported_space
+from ascent.models.actor_critic import ActorCritic
 from ascent.train import env_snapshot
 
 SOLVED_WINDOW = 20  # "solved": mean return of the last 20 finished episodes >= threshold

@@ -49,9 +49,15 @@ def evaluate(
     max_new_tokens: int,
     template: str = "{prompt}",
     formatter: PromptFormatter | None = None,
+    calls: int = 0,
+    filler: Problem | None = None,
 ) -> EvalResult:
     """Greedy-decode every problem once and score it; the policy sees each prompt as
-    `formatter` makes it (default: `template` filled in, no chat template)."""
+    `formatter` makes it (default: `template` filled in, no chat template).
+
+    `calls`: make at least this many generate calls, the extra ones on `filler` (discarded),
+    so that every rank of a sharded policy enters the engine as often as the others.
+    """
     formatter = formatter or PromptFormatter(template, tokenizer, chat=False)
     params = SamplingParams(max_new_tokens, greedy=True)
     prompts = [formatter.rendered(p) for p in problems]
@@ -61,26 +67,44 @@ def evaluate(
         ids = formatter.encode(chunk)
         batch = engine.generate(ids, list(range(len(chunk))), 1, params)
         completions += tokenizer.batch_decode(batch.response_ids, skip_special_tokens=True)
-    out = reward(prompts, completions, **reward_columns(problems))
-    verdicts = [is_correct(d) for d in out.details]
-    judged = [v for v in verdicts if v is not None]
-    accuracy = sum(judged) / len(judged) if judged else None
+    made = (len(problems) + EVAL_CHUNK - 1) // EVAL_CHUNK
+    for _ in range(calls - made):
+        engine.generate(formatter.encode([filler]), [0], 1, params)
+    out = reward(prompts, completions, **reward_columns(problems)) if problems else None
+    verdicts = [is_correct(d) for d in out.details] if out else []
+    totals = out.total if out else []
     samples = [
         {"prompt": p.prompt, "completion": c, "answer": p.answer, "reward": r, "correct": v}
-        for p, c, r, v in zip(problems, completions, out.total, verdicts, strict=True)
+        for p, c, r, v in zip(problems, completions, totals, verdicts, strict=True)
     ]
-    scored = [t for t in out.total if t is not None]
+    return summarize(samples)
+
+
+def summarize(samples: list[dict[str, Any]]) -> EvalResult:
+    """Accuracy over the judged samples, mean reward over the scored ones."""
+    judged = [s["correct"] for s in samples if s["correct"] is not None]
+    accuracy = sum(judged) / len(judged) if judged else None
+    scored = [s["reward"] for s in samples if s["reward"] is not None]
     return EvalResult(accuracy, sum(scored) / len(scored) if scored else float("nan"), samples)
 
 
 def eval_policy(run: LLMRun) -> EvalResult:
-    """`evaluate` on a run's held-out split, at the run's max_new_tokens."""
-    cfg = run.cfg
-    return evaluate(
+    """`evaluate` on a run's held-out split, at the run's max_new_tokens; on several ranks
+    each evaluates every world_size-th problem and all get the whole result."""
+    dist, problems = run.dist, run.task.eval
+    mine = problems[dist.rank :: dist.world_size]
+    result = evaluate(
         run.engine,
         run.tokenizer,
         run.reward,
-        run.task.eval,
-        cfg.rollout.max_new_tokens,
+        mine,
+        run.cfg.rollout.max_new_tokens,
         formatter=run.formatter,
+        calls=dist.all_max((len(mine) + EVAL_CHUNK - 1) // EVAL_CHUNK),
+        filler=problems[0],
     )
+    if not dist.distributed:
+        return result
+    parts = dist.gather(result.samples)
+    samples = [parts[i % dist.world_size][i // dist.world_size] for i in range(len(problems))]
+    return summarize(samples)

@@ -5,18 +5,22 @@
         rl_step: prompts -> rollouts -> rewards -> advantages -> update   (llm_step.py)
         log metrics; dump samples every sample_every; evaluate every eval_steps;
         checkpoint every save_steps (the best one kept by validation reward)
-    after = evaluate(held-out); summary.json
+    after = evaluate(held-out); final-model/; summary.json
 
-A finished run exports the policy and its tokenizer to `RUN/final-model/` (save_pretrained,
-LoRA adapters merged), which `ascent serve RUN` and `ascent eval` load. With `[assistant]`
-enabled, an API role reads the metrics every log_interval steps (never slowing the loop).
+On N ranks (`ascent train CONFIG --nproc N`) every rank runs this loop: rollouts, the
+sharded update and the evaluation are split between them, and rank 0 alone prints, logs,
+dumps samples and writes summary.json (with `world_size`). A finished run exports the policy
+and its tokenizer to `RUN/final-model/` (save_pretrained, LoRA merged), which `ascent serve
+RUN` and `ascent eval` load. With `[assistant]` enabled, an API role reads the metrics every
+log_interval steps (never slowing the loop).
 
 A config with `[[stages]]` runs each stage this way in turn, the next starting from the
 previous stage's final weights (llm_stages.py).
 
-Ctrl-C finishes the current step, saves a checkpoint and exits; a second Ctrl-C aborts at
-once. `ascent train CONFIG --resume RUN_DIR` restores weights, optimiser, schedule, RNG
-streams and data position, and continues as if never stopped.
+Ctrl-C finishes the current step (on every rank: the request is shared), saves a checkpoint
+and exits; a second Ctrl-C aborts at once. `ascent train CONFIG --resume RUN_DIR` restores
+weights, optimiser, schedule, RNG streams and data position, and continues as if never
+stopped (llm_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +42,13 @@ from ascent.config.llm import LLMConfig
 from ascent.data import ResampleReport
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
+from ascent.rundir import RunDir
 from ascent.train.agentic_step import AgenticTrainer, agentic_session
-from ascent.train.checkpoint import (
-    FINAL_MODEL,
-    KIND_KEY,
-    LLM_KIND,
-    capture_rng_state,
-    export_model,
-    load_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-    unfit_checkpoint,
-)
+from ascent.train.distributed import Dist
 from ascent.train.evaluate import EvalResult, eval_policy
+from ascent.train.llm_checkpoint import Progress, export_final, restore_run, save_run
 from ascent.train.llm_setup import LLMRun, build_run
 from ascent.train.llm_step import rl_step, sample_rows
-from ascent.train.rundir import RunDir
-from ascent.train.runtime import resolve_device
 
 PROGRESS_FIELDS = {
     "reward": "reward",
@@ -64,17 +57,6 @@ PROGRESS_FIELDS = {
     "tokens_per_s": "tok/s",
     "eval/accuracy": "eval acc",
 }
-
-
-@dataclass
-class Progress:
-    """What the loop carries from step to step (checkpointed with the weights)."""
-
-    step: int = 0
-    wall_s: float = 0.0  # wall time of the run so far, over all its sessions (resumes)
-    before: dict[str, float] = field(default_factory=dict)  # eval metrics before RL
-    last_eval: dict[str, float] = field(default_factory=dict)
-    last_eval_step: int = -1
 
 
 @contextmanager
@@ -97,57 +79,6 @@ def stop_requests() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _optional_parts(run: LLMRun) -> dict[str, Any]:
-    """The recipe's stateful extras present in this run: critic, reward history, replay."""
-    parts = {"critic": run.critic, "history": run.history, "replay": run.replay}
-    return {name: part for name, part in parts.items() if part is not None}
-
-
-REQUIRED = ("progress", "model", "optimizer", "scheduler", "rng", "generator", "sampler")
-
-
-def _state(run: LLMRun, progress: Progress) -> dict[str, Any]:
-    return {
-        KIND_KEY: LLM_KIND,
-        "progress": vars(progress).copy(),
-        "model": run.policy.state_dict(),
-        "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(),
-        "rng": capture_rng_state(),
-        "generator": run.generator.get_state(),
-        "sampler": run.sampler.state_dict(),
-        **{name: part.state_dict() for name, part in _optional_parts(run).items()},
-    }
-
-
-def _restore(run: LLMRun, path: Path) -> Progress:
-    parts = _optional_parts(run)
-    state = load_checkpoint(path, LLM_KIND, required=(*REQUIRED, *parts))
-    try:
-        run.policy.load_state_dict(state["model"])
-        run.optimizer.load_state_dict(state["optimizer"])
-        run.scheduler.load_state_dict(state["scheduler"])
-        restore_rng_state(state["rng"])
-        run.generator.set_state(state["generator"])
-        run.sampler.load_state_dict(state["sampler"])
-        for name, part in parts.items():
-            part.load_state_dict(state[name])
-        return Progress(**state["progress"])
-    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
-        raise unfit_checkpoint(path, err) from None
-
-
-def _save(run: LLMRun, run_dir: RunDir, progress: Progress) -> Path:
-    fresh = progress.last_eval_step == progress.step
-    return save_checkpoint(
-        run_dir.checkpoints,
-        progress.step,
-        _state(run, progress),
-        metric=progress.last_eval.get("eval/reward") if fresh else None,
-        keep_last=run.cfg.train.keep_last,
-    )
-
-
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -156,7 +87,8 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 def _evaluate(run: LLMRun, run_dir: RunDir, progress: Progress, label: str) -> EvalResult:
     result = eval_policy(run)
     progress.last_eval, progress.last_eval_step = result.metrics(), progress.step
-    _write_jsonl(run_dir.samples_dir / f"eval-{label}.jsonl", result.samples)
+    if run.dist.main:
+        _write_jsonl(run_dir.samples_dir / f"eval-{label}.jsonl", result.samples)
     return result
 
 
@@ -183,11 +115,27 @@ class _Clock:
         return self.progress.wall_s
 
 
+class _Silent:
+    """The metrics logger of ranks other than 0: they log nothing."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] = {}
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        return None
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def _loop(
     run: LLMRun,
     run_dir: RunDir,
     progress: Progress,
-    log: MetricsLogger,
+    log: MetricsLogger | _Silent,
     bar: TrainProgress,
     stop: dict[str, bool],
     clock: _Clock,
@@ -195,9 +143,9 @@ def _loop(
     assistant: LogAssistant | None = None,
 ) -> int:
     """Train until total_steps or a stop request; return the step last checkpointed."""
-    t, every = run.cfg.train, run.cfg.logging
+    t, every, main = run.cfg.train, run.cfg.logging, run.dist.main
     saved = -1
-    while progress.step < t.total_steps and not stop["stop"]:
+    while progress.step < t.total_steps and not run.dist.any(stop["stop"]):
         progress.step += 1
         metrics, scored = (rl_step if agentic is None else agentic.step)(run, progress.step)
         report = ResampleReport.from_metrics(metrics)
@@ -210,76 +158,95 @@ def _loop(
         bar.update(progress.step, metrics)
         if assistant is not None:
             assistant.observe(progress.step, metrics)
-        if every.sample_every and progress.step % every.sample_every == 0:
+        if main and every.sample_every and progress.step % every.sample_every == 0:
             rows = sample_rows(scored, progress.step, every.num_samples)
             _write_jsonl(run_dir.samples_dir / f"step-{progress.step:06d}.jsonl", rows)
         if (t.save_steps and progress.step % t.save_steps == 0) or last:
             clock.tick()
-            _save(run, run_dir, progress)
+            save_run(run, run_dir, progress)
             saved = progress.step
+    stop["stop"] = run.dist.any(stop["stop"])
     return saved
 
 
-def train_llm(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
-    """Train `cfg` in `run_dir` (resuming it when `run_dir.resume_from` is set).
+def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict[str, Any]:
+    """Train `cfg` in `run_dir` (resuming it when `run_dir.resume_from` is set), on this
+    process's rank of `dist` (default: one process on `[run] device`).
 
     Returns the summary it writes to `run_dir/summary.json`: eval_accuracy_before/after
     (fractions of the held-out split; None when the reward does not judge correctness),
-    eval_reward_before/after, steps, wall_s (all sessions of the run), the final metrics
-    and the run's paths.
+    eval_reward_before/after, steps, wall_s (all sessions of the run), world_size, the final
+    metrics and the run's paths.
     """
     if cfg.stages:
         from ascent.train.llm_stages import train_stages
 
-        return train_stages(cfg, run_dir)
+        return train_stages(cfg, run_dir, dist)
+    from ascent.train.runtime import resolve_device
+
+    dist = dist or Dist.single(resolve_device(cfg.run.device))
     hf_logging.disable_progress_bar()
-    run = build_run(cfg, resolve_device(cfg.run.device))
+    run = build_run(cfg, dist)
     resuming = run_dir.resume_from is not None
-    progress = _restore(run, run_dir.resume_from) if resuming else Progress()
+    progress = restore_run(run, run_dir.resume_from) if resuming else Progress()
     clock = _Clock(progress)
     n_eval = len(run.task.eval)
-    log = MetricsLogger(
-        run_dir, cfg.logging, config=cfg.model_dump(mode="json"),
-        resume_step=progress.step if resuming else None,
-    )  # fmt: skip
+    log = _Silent()
+    if dist.main:
+        log = MetricsLogger(
+            run_dir, cfg.logging, config=cfg.model_dump(mode="json"),
+            resume_step=progress.step if resuming else None,
+        )  # fmt: skip
     bar = TrainProgress(
-        cfg.train.total_steps, PROGRESS_FIELDS, enabled=cfg.logging.progress, start=progress.step
+        cfg.train.total_steps,
+        PROGRESS_FIELDS,
+        enabled=cfg.logging.progress and dist.main,
+        start=progress.step,
+        quiet=not dist.main,
     )
     agentic = agentic_session(run, run_dir, bar.print)  # [agentic]: episodes, not completions
     with run.reward, log, stop_requests() as stop, bar, agentic as agentic_trainer:
         # the analyst's tokens are counted with the agentic roles' when there are some
         usage = agentic_trainer.usage if agentic_trainer is not None else UsageLedger()
-        with _assistant(cfg, run_dir, bar.print, usage) as assistant:
+        with _assistant(cfg, run_dir, bar.print, usage, dist) as assistant:
             if not progress.before:
                 progress.before = _evaluate(run, run_dir, progress, "before").metrics()
             bar.print(_accuracy_line("before", progress.before, n_eval, {}))
             saved = _loop(run, run_dir, progress, log, bar, stop, clock, agentic_trainer, assistant)
             if stop["stop"] and saved != progress.step:
                 clock.tick()
-                _save(run, run_dir, progress)
-            else:
+                save_run(run, run_dir, progress)
+            elif not stop["stop"]:
                 bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
-                _export(run, run_dir)
+                export_final(run, run_dir)
             summary = _summary(run, progress, log, clock.tick(), interrupted=stop["stop"])
-        if agentic_trainer is None:
+        if agentic_trainer is None and dist.main:
             usage.finish(run_dir.path, bar.print)
-    run_dir.write_summary(summary)
+    if dist.main:
+        run_dir.write_summary(summary)
     if stop["stop"]:
-        print(
-            f"interrupted after step {progress.step}: checkpoint saved; continue with "
-            f"`ascent train CONFIG --resume {run_dir.path}`"
-        )
+        if dist.main:
+            print(
+                f"interrupted after step {progress.step}: checkpoint saved; continue with "
+                f"`ascent train CONFIG --resume {run_dir.path}`"
+            )
         raise KeyboardInterrupt
     return summary
 
 
 @contextmanager
 def _assistant(
-    cfg: LLMConfig, run_dir: RunDir, echo: Callable[[str], None], usage: UsageLedger
+    cfg: LLMConfig,
+    run_dir: RunDir,
+    echo: Callable[[str], None],
+    usage: UsageLedger,
+    dist: Dist,
 ) -> Iterator[LogAssistant | None]:
-    """The `[assistant]` log analyst (None when disabled); at the end of the run it gets a
-    few seconds to finish an analysis in flight, never the full timeout."""
-    assistant = LogAssistant.from_config(cfg, run_dir.path, echo, usage=usage)
+    """The `[assistant]` log analyst on rank 0 (None when disabled); at the end of the run it
+    gets a few seconds to finish an analysis in flight, never the full timeout."""
+    assistant = None
+    if dist.main:
+        assistant = LogAssistant.from_config(cfg, run_dir.path, echo, usage=usage)
     try:
         yield assistant
     finally:
@@ -288,15 +255,8 @@ def _assistant(
             assistant.close()
 
 
-def _export(run: LLMRun, run_dir: RunDir) -> None:
-    """The trained policy as a plain model directory (LoRA adapters merged into the weights:
-    the run is over, so the policy may be modified)."""
-    policy = run.policy.merge_and_unload() if run.cfg.model.lora.enabled else run.policy
-    export_model(run_dir.path / FINAL_MODEL, policy, run.tokenizer)
-
-
 def _summary(
-    run: LLMRun, progress: Progress, log: MetricsLogger, wall: float, *, interrupted: bool
+    run: LLMRun, progress: Progress, log: MetricsLogger | _Silent, wall: float, *, interrupted: bool
 ) -> dict[str, Any]:
     after = progress.last_eval if progress.last_eval_step == progress.step else {}
     return {
@@ -309,5 +269,6 @@ def _summary(
         "total_steps": run.cfg.train.total_steps,
         "wall_s": round(wall, 2),
         "interrupted": interrupted,
+        "world_size": run.dist.world_size,
         "final_metrics": {k: v for k, v in log.last.items() if k != "step"},
     }

@@ -13,7 +13,7 @@ completions/mean_length, ...), so a TRL user reads them as before:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ import torch
 from ascent.data import DrawnPrompt, Problem, reward_columns
 from ascent.rewards import RewardOutput
 from ascent.rollout import RolloutBatch
+from ascent.train.distributed import Dist
 from ascent.train.evaluate import is_correct
 from ascent.train.llm_setup import LLMRun
 
@@ -60,6 +61,15 @@ class Scored:
             tuple(self.replayed[i] for i in rows) if self.replayed else (),
         )
 
+    def blank(self) -> Scored:
+        """Its first row with nothing in it to learn from (no chosen token, no reward): what
+        a rank trains on when it has no rows and the other ranks have some, so that its
+        collectives meet theirs."""
+        row = self.subset([0])
+        rollout = replace(row.rollout, response_mask=torch.zeros_like(row.rollout.response_mask))
+        empty = RewardOutput([None], {name: [None] for name in row.rewards.components}, [{}])
+        return Scored(rollout, row.problems, row.completions, empty)
+
     @classmethod
     def concat(cls, parts: list[Scored], pad_id: int) -> Scored:
         """The rows of `parts` in order (reward components missing from a part are None)."""
@@ -87,9 +97,11 @@ class Scored:
 def collect(
     run: LLMRun, drawn: list[DrawnPrompt] | None = None
 ) -> tuple[RolloutBatch, list[Problem]]:
-    """Sample group_size completions for each drawn prompt (None: the step's next prompts)."""
+    """Sample group_size completions for this rank's share of the drawn prompts (None: the
+    step's next prompts; every rank draws the same ones, so a group is never split)."""
     if drawn is None:
         drawn = run.sampler.draw(run.prompts_per_step)
+    drawn = run.dist.share(drawn)
     prompts = run.formatter.encode([d.problem for d in drawn])
     rollout = run.engine.generate(
         prompts, [d.uid for d in drawn], run.cfg.rollout.group_size, run.sampling, run.generator
@@ -125,18 +137,37 @@ def trainable(scored: Scored, needs_groups: bool) -> Scored:
     return scored if len(rows) == len(scored.completions) else scored.subset(rows)
 
 
-def reward_metrics(scored: Scored) -> dict[str, float]:
-    """Reward and length statistics of the whole batch (rows without a reward excluded)."""
-    rollout = scored.rollout
-    lengths = rollout.response_lengths.float()
+def reward_metrics(scored: Scored, dist: Dist | None = None) -> dict[str, float]:
+    """Reward and length statistics of the whole batch, over every rank's rows when `dist`
+    spans several (rows without a reward excluded)."""
+    view = {
+        "lengths": scored.rollout.response_lengths.tolist(),
+        "clipped": (~scored.rollout.finished).tolist(),
+        "groups": group_rewards(scored),
+        "totals": list(scored.rewards.total),
+        "components": dict(scored.rewards.components),
+    }
+    if dist is not None and dist.distributed:
+        views = dist.gather(view)
+        view = {
+            "lengths": [x for v in views for x in v["lengths"]],
+            "clipped": [x for v in views for x in v["clipped"]],
+            "groups": {g: r for v in views for g, r in v["groups"].items()},
+            "totals": [x for v in views for x in v["totals"]],
+            "components": {
+                name: [x for v in views for x in v["components"].get(name, [])]
+                for name in sorted({n for v in views for n in v["components"]})
+            },
+        }
+    lengths = torch.tensor(view["lengths"], dtype=torch.float32)
     metrics = {
         "completions/mean_length": float(lengths.mean()),
         "completions/min_length": float(lengths.min()),
         "completions/max_length": float(lengths.max()),
-        "completions/clipped_ratio": float((~rollout.finished).float().mean()),
-        "frac_unscored": sum(t is None for t in scored.rewards.total) / len(lengths),
+        "completions/clipped_ratio": sum(view["clipped"]) / len(lengths),
+        "frac_unscored": sum(t is None for t in view["totals"]) / len(lengths),
     }
-    groups = group_rewards(scored)
+    groups = view["groups"]
     if groups:
         values = [v for vs in groups.values() for v in vs]
         stds = [torch.tensor(vs, dtype=torch.float64).std().item() for vs in groups.values()]
@@ -144,7 +175,7 @@ def reward_metrics(scored: Scored) -> dict[str, float]:
         metrics["reward"] = sum(values) / len(values)
         metrics["reward_std"] = sum(stds) / len(stds)
         metrics["frac_reward_zero_std"] = sum(v < 1e-8 for v in stds) / len(stds)
-    for name, values in scored.rewards.components.items():
+    for name, values in view["components"].items():
         present = [v for v in values if v is not None]
         if present:
             metrics[f"reward/{name}"] = sum(present) / len(present)

@@ -10,8 +10,12 @@
   for a step, it ends there (the rest wait for a later epoch, as with drop_last) and the
   next epoch's pool leaves out the prompts whose rollouts were all correct.
 
-Metrics: the reward metrics describe every completion generated in the step (so
-`frac_reward_zero_std` is the rate before filtering), plus
+On several ranks every rank draws the same prompts and rolls out its share; what decides
+which prompts or groups go on (the reward history, the count of informative groups, which
+groups come first) is gathered from all ranks, so every rank decides the same.
+
+Metrics: the reward metrics describe every completion generated in the step on all ranks
+(so `frac_reward_zero_std` is the rate before filtering), plus
 
     dynamic/rounds          extra generation rounds this step
     dynamic/dropped_groups  groups dropped because their rewards were all equal
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 
 from ascent.data import DrawnPrompt, ResampleReport
+from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import Scored, collect, group_rewards, reward_metrics, score
 from ascent.train.llm_setup import LLMRun
 
@@ -41,7 +46,8 @@ def draw_prompts(run: LLMRun, n: int) -> tuple[list[DrawnPrompt], ResampleReport
 
 
 def record_history(run: LLMRun, scored: Scored, drawn: list[DrawnPrompt]) -> None:
-    """Add every scored rollout's reward and correctness to its prompt's history."""
+    """Add every scored rollout's reward and correctness (on every rank) to its prompt's
+    history, so that all ranks keep the same history and resample the same pool."""
     index = {d.uid: d.index for d in drawn}
     rewards: dict[int, list[float]] = {}
     correct: dict[int, list[bool]] = {}
@@ -51,8 +57,9 @@ def record_history(run: LLMRun, scored: Scored, drawn: list[DrawnPrompt]) -> Non
         if total is not None:
             rewards.setdefault(g, []).append(total)
             correct.setdefault(g, []).append(ok)
-    for g in rewards:
-        run.history.record(index[g], rewards[g], correct[g])
+    for part in run.dist.gather((rewards, correct)):
+        for g in sorted(part[0]):
+            run.history.record(index[g], part[0][g], part[1][g])
 
 
 def informative(scored: Scored) -> tuple[Scored, int]:
@@ -63,11 +70,20 @@ def informative(scored: Scored) -> tuple[Scored, int]:
     return scored.subset(rows), len(groups) - len(keep)
 
 
-def first_groups(scored: Scored, n: int) -> Scored:
-    """The rows of the first `n` groups (in row order)."""
+def first_groups(scored: Scored, n: int, dist: Dist | None = None) -> Scored:
+    """The rows of the first `n` groups in draw order (group ids grow with it) over all
+    ranks: this rank keeps those of its own rows."""
     ids = scored.rollout.group_ids.tolist()
-    wanted = set(list(dict.fromkeys(ids))[:n])
+    mine = list(dict.fromkeys(ids))
+    everyone = [g for part in (dist.gather(mine) if dist else [mine]) for g in part]
+    wanted = set(sorted(everyone)[:n])
     return scored.subset([i for i, g in enumerate(ids) if g in wanted])
+
+
+def _global_counts(run: LLMRun, batch: Scored, dropped: int) -> tuple[int, int]:
+    """Informative groups in `batch` and groups `dropped`, summed over ranks."""
+    kept, dropped_all = run.dist.all_sum([float(len(group_rewards(batch))), float(dropped)])
+    return int(kept), int(dropped_all)
 
 
 def _round(run: LLMRun, n: int, reports: list[ResampleReport]) -> Scored:
@@ -80,20 +96,22 @@ def _round(run: LLMRun, n: int, reports: list[ResampleReport]) -> Scored:
     return scored
 
 
-def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float]]:
-    """The step's fresh scored completions (before `trainable`) and their metrics."""
+def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float], Scored]:
+    """The step's fresh scored completions (before `trainable`), their metrics, and every
+    completion generated in the step (dynamic sampling's dropped groups included)."""
     n, cfg = run.prompts_per_step, run.cfg.sampling
     reports: list[ResampleReport] = []
     generated = [_round(run, n, reports)]
     batch, metrics = generated[0], {}
     if cfg.dynamic:
         batch, dropped = informative(generated[0])
-        while len(group_rewards(batch)) < n and len(generated) <= cfg.max_rounds:
+        kept, dropped = _global_counts(run, batch, dropped)
+        while kept < n and len(generated) <= cfg.max_rounds:
             generated.append(_round(run, n, reports))
             more, more_dropped = informative(generated[-1])
             batch = Scored.concat([batch, more], run.tokenizer.pad_token_id)
-            dropped += more_dropped
-        kept = len(group_rewards(batch))
+            kept, round_dropped = _global_counts(run, batch, more_dropped)
+            dropped += round_dropped
         if kept < n:
             log.warning(
                 "dynamic sampling: %d of %d groups had mixed rewards after %d extra rounds "
@@ -101,14 +119,14 @@ def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float]]:
                 "task is too easy or too hard for the policy, or raise max_rounds",
                 kept, n, cfg.max_rounds,
             )  # fmt: skip
-        batch = first_groups(batch, n)
+        batch = first_groups(batch, n, run.dist)
         metrics = {
             "dynamic/rounds": float(len(generated) - 1),
             "dynamic/dropped_groups": float(dropped),
             "dynamic/kept_groups": float(min(kept, n)),
         }
     everything = Scored.concat(generated, run.tokenizer.pad_token_id)
-    metrics = {**reward_metrics(everything), **metrics}
+    metrics = {**reward_metrics(everything, run.dist), **metrics}
     for report in reports:
         metrics.update(report.metrics())
-    return batch, metrics
+    return batch, metrics, everything

@@ -1,16 +1,23 @@
 """Everything an LLM run is made of, built once from the config: the `LLMRun`.
 
-The algorithm's named parts are looked up here, once, from `[algorithm]` (advantage
-estimator, policy loss, loss aggregation, KL estimator); the loop only calls what it is
-given, so no caller ever branches on a recipe's name. The optional parts of a recipe are
-objects that exist or not: a critic (value-based estimators), a reward history (SRPO
-history resampling), a positive-replay buffer (VAPO-style replay).
+The run is a controller (`llm_step.rl_step`) over role workers that meet only through narrow
+interfaces and typed batches:
+
+    actor      Actor: policy, optimiser, schedule        logprobs, update, weights
+    reference  ModelReference / AdapterReference        logprobs              (kl_coef > 0)
+    critic     Critic / ActorHead                        values, update        (gae estimators)
+    engine     RolloutEngine                             generate, sync_weights
+    reward     CompositeReward                           scores completions
+
+The algorithm's named parts are looked up once (`parts.py`), and the optional parts of a
+recipe are objects that exist or not: a critic, a reward history (SRPO history resampling),
+a positive-replay buffer (VAPO-style replay). On several ranks the actor, critic and
+reference are sharded with FSDP2 (sharding.py) and each rank rolls out its share.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,20 +26,6 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.algos import (
-    ADVANTAGES,
-    AGGREGATIONS,
-    KL_ESTIMATORS,
-    POLICY_LOSSES,
-    AdvantageBatch,
-    AdvantageParams,
-    AdvantageResult,
-    PolicyLossInput,
-    PolicyLossParams,
-)
-from ascent.algos.aggregation import Aggregation
-from ascent.algos.kl import KLEstimator
-from ascent.algos.policy_loss import PolicyLoss
 from ascent.config.llm import LLMConfig, OptimSection
 from ascent.data import (
     PromptFormatter,
@@ -42,87 +35,26 @@ from ascent.data import (
     load_task,
     uses_chat_template,
 )
-from ascent.models import load_policy, load_reference, load_tokenizer
+from ascent.models import (
+    load_critic,
+    load_frozen,
+    load_policy,
+    load_reference,
+    load_tokenizer,
+    resolve_dtype,
+    value_head,
+)
 from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
+from ascent.train.actor import Actor, ActorHead, ValueHeadState
+from ascent.train.critic import Critic, CriticWorker
+from ascent.train.distributed import Dist
+from ascent.train.parts import AlgorithmParts, algorithm_parts
+from ascent.train.reference import AdapterReference, ModelReference, Reference
+from ascent.train.sharding import shard_model
 
 if TYPE_CHECKING:
-    from ascent.train.llm_critic import Critic
     from ascent.train.llm_replay import PositiveReplay
-
-
-@dataclass(frozen=True)
-class AlgorithmParts:
-    """The recipe: named components from `[algorithm]` and the numbers they need."""
-
-    advantage: Callable[[AdvantageBatch, AdvantageParams], AdvantageResult]  # ADVANTAGES
-    advantage_params: AdvantageParams
-    policy_loss: PolicyLoss  # POLICY_LOSSES entry
-    loss_params: PolicyLossParams
-    aggregate: Aggregation  # AGGREGATIONS entry
-    norm_const: float  # the Dr. GRPO constant of seq_mean_token_sum_norm
-    kl: KLEstimator | None  # KL_ESTIMATORS entry; None when kl_coef is 0 (no reference model)
-    kl_coef: float
-    kl_in_loss: bool  # True: a loss term; False: a per-token reward penalty
-    entropy_coef: float
-    temperature: float  # the policy is softmax(logits / temperature), as sampled
-    # True when a completion whose advantages are all 0 adds nothing to the loss or its
-    # gradient (no KL or entropy term, and a policy loss proportional to the advantage), so
-    # the update may skip it: same loss, less compute.
-    skip_zero_advantage: bool
-    needs_groups: bool  # the estimator compares completions of one prompt (GRPO)
-    needs_values: bool  # the estimator reads critic values (GAE): the run has a critic
-    normalize_advantages: bool  # whiten advantages over the batch's policy tokens
-    nll_coef: float  # weight of the NLL of correct completions (VAPO); 0: off
-
-
-def vanishes_at_zero_advantage(policy_loss: PolicyLoss, params: PolicyLossParams) -> bool:
-    """Probe a policy loss: with zero advantages, are its value and gradient exactly 0?"""
-    gen = torch.Generator().manual_seed(0)
-    logp = (-torch.rand(3, 5, generator=gen, dtype=torch.float64)).requires_grad_()
-    old = -torch.rand(3, 5, generator=gen, dtype=torch.float64)
-    zero, mask = torch.zeros(3, 5, dtype=torch.float64), torch.ones(3, 5, dtype=torch.float64)
-    loss, _ = policy_loss(PolicyLossInput(logp, old, zero, mask), params)
-    (grad,) = torch.autograd.grad(loss.sum(), logp, allow_unused=True)
-    return bool((loss == 0).all()) and (grad is None or bool((grad == 0).all()))
-
-
-def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
-    alg = cfg.algorithm
-    policy_loss = POLICY_LOSSES.get(alg.policy_loss)
-    loss_params = PolicyLossParams(alg.clip_low, alg.clip_high, alg.dual_clip, alg.is_cap)
-    needs_values = bool(ADVANTAGES.meta(alg.advantage).get("needs_values"))
-    extra_terms = (
-        (alg.kl_coef > 0 and alg.kl_mode == "loss")
-        or alg.entropy_coef > 0
-        or alg.nll_coef > 0
-        or needs_values  # the value loss is trained on every row
-    )
-    return AlgorithmParts(
-        advantage=ADVANTAGES.get(alg.advantage),
-        advantage_params=AdvantageParams(
-            gamma=alg.gamma,
-            lam=alg.lam,
-            lam_critic=alg.lam_critic,
-            length_alpha=alg.length_alpha,
-            std_eps=alg.std_eps,
-        ),
-        policy_loss=policy_loss,
-        loss_params=loss_params,
-        aggregate=AGGREGATIONS.get(alg.loss_agg),
-        norm_const=float(alg.agg_norm_const or cfg.rollout.max_new_tokens),
-        kl=KL_ESTIMATORS.get(alg.kl_estimator) if alg.kl_coef > 0 else None,
-        kl_coef=alg.kl_coef,
-        kl_in_loss=alg.kl_mode == "loss",
-        entropy_coef=alg.entropy_coef,
-        temperature=cfg.rollout.temperature,
-        needs_groups=bool(ADVANTAGES.meta(alg.advantage).get("needs_groups")),
-        needs_values=needs_values,
-        normalize_advantages=alg.normalize_advantages,
-        nll_coef=alg.nll_coef,
-        skip_zero_advantage=not extra_terms
-        and vanishes_at_zero_advantage(policy_loss, loss_params),
-    )
 
 
 @dataclass
@@ -130,27 +62,30 @@ class LLMRun:
     """The live objects of one run (mutable: weights, optimiser and streams advance)."""
 
     cfg: LLMConfig
-    device: torch.device
-    policy: nn.Module
-    reference: nn.Module | None  # frozen initial policy; only when kl_coef > 0
+    dist: Dist
+    actor: Actor
+    reference: Reference | None  # only when kl_coef > 0
     tokenizer: PreTrainedTokenizerBase
     engine: RolloutEngine
     reward: CompositeReward
     task: TaskData
     sampler: PromptSampler
-    optimizer: torch.optim.Optimizer
-    scheduler: LambdaLR
-    generator: torch.Generator  # the sampling stream (its state is checkpointed)
+    generator: torch.Generator  # this rank's sampling stream (its state is checkpointed)
     parts: AlgorithmParts
     sampling: SamplingParams
     formatter: PromptFormatter  # problem -> the text and token ids the policy sees
-    critic: Critic | None = None  # value-based estimators only
+    critic: CriticWorker | None = None  # value-based estimators only
     history: RewardHistory | None = None  # [sampling] history_resampling only
     replay: PositiveReplay | None = None  # [sampling] replay_ratio > 0 only
+    version: int = 0  # optimiser updates of the policy so far (the engine samples with it)
+
+    @property
+    def device(self) -> torch.device:
+        return self.dist.device
 
     @property
     def prompts_per_step(self) -> int:
-        """Fresh prompts per step: the batch less its replayed rows, in groups."""
+        """Fresh prompts per step over all ranks: the batch less its replayed rows, in groups."""
         return (self.cfg.train.batch_size - self.cfg.replay_rows) // self.cfg.rollout.group_size
 
 
@@ -184,68 +119,133 @@ def lr_lambda(optim: OptimSection, total: int):
     return factor
 
 
-def make_optimizer(policy: nn.Module, cfg: LLMConfig, total_updates: int):
-    o = cfg.optim
-    params = [p for p in policy.parameters() if p.requires_grad]
+def make_optimizer(params: list[nn.Parameter], o: OptimSection, lr: float, total_updates: int):
+    """AdamW over float32 parameters (the master weights) and its LR schedule."""
     optimizer = torch.optim.AdamW(
-        params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
+        params, lr=lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
     )
     return optimizer, LambdaLR(optimizer, lr_lambda(o, total_updates))
 
 
-def make_engine(cfg: LLMConfig, policy: nn.Module, tokenizer: PreTrainedTokenizerBase):
-    eos = [tokenizer.eos_token_id]
-    generation_eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
-    eos += [generation_eos] if isinstance(generation_eos, int) else list(generation_eos or [])
-    return ENGINES.get(cfg.rollout.engine)(policy, pad_id=tokenizer.pad_token_id, eos_ids=eos)
+def eos_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    ids = [tokenizer.eos_token_id]
+    generation = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return ids + ([generation] if isinstance(generation, int) else list(generation or []))
 
 
-def _optional_parts(
-    cfg: LLMConfig, policy: nn.Module, tokenizer: PreTrainedTokenizerBase, device: torch.device
-) -> dict[str, object]:
-    """The critic, reward history and replay buffer the recipe asks for (absent: None)."""
-    from ascent.train.llm_critic import build_critic
+def make_engine(
+    cfg: LLMConfig, actor: Actor, tokenizer: PreTrainedTokenizerBase, *, own_copy: bool = False
+) -> RolloutEngine:
+    """The `[rollout] engine`: decoding the actor's module in place, or (`own_copy`) a model
+    of its own loaded in the compute dtype and synced from the actor's weights now."""
+    eos = eos_ids(actor.model, tokenizer)
+    factory = ENGINES.get(cfg.rollout.engine)
+    if not own_copy:
+        return factory(live=actor.live_module, pad_id=tokenizer.pad_token_id, eos_ids=eos)
+    model = load_frozen(cfg.model.name_or_path, cfg.model, actor.dist.device, actor.compute_dtype)
+    engine = factory(model, pad_id=tokenizer.pad_token_id, eos_ids=eos)
+    engine.sync_weights(actor.weights(), 0)
+    return engine
+
+
+def _actor(cfg: LLMConfig, parts: AlgorithmParts, dist: Dist) -> Actor:
+    compute = resolve_dtype(cfg.model.dtype, dist.device)
+    policy = load_policy(cfg.model, dist.device)  # float32 parameters
+    head = None
+    if cfg.critic.architecture == "head" and parts.needs_values:
+        model = value_head(policy)
+        optimizer, scheduler = make_optimizer(
+            list(model.head.parameters()), cfg.optim, cfg.critic.lr, _critic_updates(cfg)
+        )
+        c = cfg.critic
+        head = ValueHeadState(model, optimizer, scheduler, c.value_coef, c.value_clip)
+    policy = shard_model(policy, dist, compute)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(trained, cfg.optim, cfg.optim.lr, policy_updates(cfg))
+    return Actor(
+        policy,
+        optimizer,
+        scheduler,
+        parts=parts,
+        train=cfg.train,
+        seed=cfg.run.seed,
+        dist=dist,
+        compute_dtype=compute,
+        head=head,
+    )
+
+
+def _critic_updates(cfg: LLMConfig) -> int:
+    return cfg.train.total_steps * updates_per_step(cfg)
+
+
+def _critic(cfg: LLMConfig, actor: Actor, parts: AlgorithmParts, dist: Dist) -> CriticWorker | None:
+    if not parts.needs_values:
+        return None
+    if actor.head is not None:
+        return ActorHead(actor)
+    model = load_critic(cfg.critic, cfg.model, None, dist.device)
+    model = shard_model(model, dist, actor.compute_dtype)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(trained, cfg.optim, cfg.critic.lr, _critic_updates(cfg))
+    return Critic(
+        model,
+        optimizer,
+        scheduler,
+        aggregate=parts.aggregate,
+        norm_const=parts.norm_const,
+        clip=cfg.critic.value_clip,
+        train=cfg.train,
+        seed=cfg.run.seed,
+        dist=dist,
+        compute_dtype=actor.compute_dtype,
+    )
+
+
+def _reference(cfg: LLMConfig, actor: Actor, parts: AlgorithmParts, dist: Dist) -> Reference | None:
+    if parts.kl is None:
+        return None
+    if cfg.model.lora.enabled and cfg.model.ref_model is None:
+        return AdapterReference(actor)
+    model = load_reference(cfg.model, dist.device, dtype=actor.compute_dtype)
+    model = shard_model(model, dist, actor.compute_dtype)
+    micro = cfg.train.micro_batch_size
+    return ModelReference(model, parts.temperature, micro, dist, actor.compute_dtype)
+
+
+def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
+    """Load models and data, and build the workers, the reward and the samplers (on this
+    rank of `dist`; a device means one process on it)."""
     from ascent.train.llm_replay import PositiveReplay
 
+    if isinstance(dist, torch.device):
+        dist = Dist.single(dist)
+    tokenizer = load_tokenizer(cfg.model)
+    parts = algorithm_parts(cfg)
+    actor = _actor(cfg, parts, dist)
+    task = load_task(cfg.data, cfg.run.seed)
     s = cfg.sampling
-    critic = None
-    if ADVANTAGES.meta(cfg.algorithm.advantage).get("needs_values"):
-        total = cfg.train.total_steps * updates_per_step(cfg)
-        critic = build_critic(cfg, policy, device, total, lambda n: lr_lambda(cfg.optim, n))
     replay = None
     if s.replay_ratio:
         replay = PositiveReplay(
             s.replay_buffer_size, s.replay_max_staleness, cfg.run.seed, tokenizer.pad_token_id
         )
-    history = RewardHistory() if s.history_resampling else None
-    return {"critic": critic, "replay": replay, "history": history}
-
-
-def build_run(cfg: LLMConfig, device: torch.device) -> LLMRun:
-    """Load models and data, and build the engine, reward, optimiser and schedule."""
-    tokenizer = load_tokenizer(cfg.model)
-    policy = load_policy(cfg.model, device)
-    parts = algorithm_parts(cfg)
-    reference = load_reference(cfg.model, device) if parts.kl is not None else None
-    task = load_task(cfg.data, cfg.run.seed)
-    sampler = PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
-    optimizer, scheduler = make_optimizer(policy, cfg, policy_updates(cfg))
     chat = uses_chat_template(cfg.data.chat_template, tokenizer)
     return LLMRun(
         cfg=cfg,
-        device=device,
-        policy=policy,
-        reference=reference,
+        dist=dist,
+        actor=actor,
+        reference=_reference(cfg, actor, parts, dist),
         tokenizer=tokenizer,
-        engine=make_engine(cfg, policy, tokenizer),
+        engine=make_engine(cfg, actor, tokenizer),
         reward=build_reward(cfg.reward, cfg.sandbox),
         task=task,
-        sampler=sampler,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        generator=torch.Generator(device=device).manual_seed(cfg.run.seed),
+        sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
+        generator=torch.Generator(device=dist.device).manual_seed(cfg.run.seed + dist.rank),
         parts=parts,
         sampling=SamplingParams.from_config(cfg.rollout),
         formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
-        **_optional_parts(cfg, policy, tokenizer, device),
+        critic=_critic(cfg, actor, parts, dist),
+        history=RewardHistory() if s.history_resampling else None,
+        replay=replay,
     )

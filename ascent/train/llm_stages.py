@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ascent.config.llm import LLMConfig
-from ascent.train.checkpoint import FINAL_MODEL
-from ascent.train.rundir import RunDir
+from ascent.rundir import FINAL_MODEL, RunDir
+from ascent.train.distributed import Dist
 
 
 def stage_config(cfg: LLMConfig, index: int, name: str, start: str, parent: Path) -> LLMConfig:
@@ -33,10 +33,12 @@ def stage_config(cfg: LLMConfig, index: int, name: str, start: str, parent: Path
     return cfg.model_copy(update={"run": run, "model": model})
 
 
-def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
-    """Run every stage in order; return (and write) the run's summary."""
+def train_stages(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict[str, Any]:
+    """Run every stage in order; return (and write, on rank 0) the run's summary."""
+    from ascent.train import create_run_dir
     from ascent.train.llm import train_llm
 
+    dist = dist or Dist.single()
     start = cfg.model.name_or_path
     stages: list[dict[str, Any]] = []
     configs = cfg.stage_configs()
@@ -44,14 +46,16 @@ def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
         stage_cfg = stage_config(stage_cfg, index, name, start, run_dir.path / "stages")
         path = Path(stage_cfg.run.output_dir) / stage_cfg.run.name
         if run_dir.resuming and _finished(path):
-            print(f"stage {index}/{len(configs)} '{name}': finished earlier, skipped")
+            if dist.main:
+                print(f"stage {index}/{len(configs)} '{name}': finished earlier, skipped")
             summary = json.loads((path / "summary.json").read_text())
             stage_dir = RunDir(path)
         else:
-            print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
+            if dist.main:
+                print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
             resume = path if run_dir.resuming and path.is_dir() else None
-            stage_dir = RunDir.create(stage_cfg, resume=resume)
-            summary = train_llm(stage_cfg, stage_dir)  # ends by exporting its final-model/
+            stage_dir = create_run_dir(stage_cfg, dist, resume=resume)
+            summary = train_llm(stage_cfg, stage_dir, dist)  # ends by exporting final-model/
         start = str(stage_dir.path / FINAL_MODEL)
         kept = {k: v for k, v in summary.items() if k not in ("final_metrics", "paths")}
         stages.append({"name": name, "run_dir": str(stage_dir.path), "final_model": start, **kept})
@@ -69,7 +73,8 @@ def train_stages(cfg: LLMConfig, run_dir: RunDir) -> dict[str, Any]:
         "final_metrics": summary["final_metrics"],
         "stages": stages,
     }
-    run_dir.write_summary(summary)
+    if dist.main:
+        run_dir.write_summary(summary)
     return summary
 
 

@@ -1,14 +1,19 @@
-"""One RL step, in the order data flows: prompts -> rollouts -> rewards -> advantages ->
-update -> metrics.
+"""One RL step: the controller over the role workers, in the order data flows: prompts ->
+rollouts -> rewards -> advantages -> update -> metrics.
 
-    sample_batch      prompts -> rollouts -> rewards, with dynamic sampling and history
-                      resampling when asked for (llm_sampling.py)
+    sample_batch      engine.generate + reward: prompts -> scored rollouts, with dynamic
+                      sampling and history resampling when asked for (llm_sampling.py)
     trainable         rows with a reward (and, for GRPO, a group to compare with)
     positive replay   a share of the batch drawn from past correct completions (llm_replay.py)
-    make_train_batch  overlong penalty, KL penalty, critic values -> advantages and returns
-    update_policy     the optimiser steps (llm_update.py)
+    make_train_batch  actor / reference / critic forward passes -> overlong and KL penalties
+                      -> advantages and returns (a TrainBatch)
+    critic.update     value loss (every step; alone during critic warm-up)
+    actor.update      the policy's optimiser steps (actor.py, updates.py)
+    engine.sync_weights   the new policy version reaches the engine
 
-Besides the reward metrics (llm_rollout.py), a step reports:
+No step function touches a worker's model: they call the workers' methods and pass typed
+batches (`RolloutBatch`, `TrainBatch`). Besides the reward metrics (llm_rollout.py), a step
+reports:
 
     adv_std                    std of the per-completion advantages
     kl                         KL to the reference policy (only when kl_coef > 0)
@@ -17,13 +22,15 @@ Besides the reward metrics (llm_rollout.py), a step reports:
     loss, grad_norm, lr        per optimiser step, averaged over the step's updates
     value_loss, explained_variance, values/mean, returns/mean   with a critic
     overlong/penalty, overlong/masked                           with overlong handling
-    tokens_per_s               response tokens per second of the whole step
+    policy_version             the version the step's rollouts were sampled with
+    tokens_per_s               response tokens per second of the whole step (all ranks)
     time/rollout, time/update  seconds spent in each stage
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -35,9 +42,8 @@ from ascent.algos import (
     masked_whiten,
     soft_overlong_penalty,
 )
-from ascent.models.forward import response_logprobs
-from ascent.rollout import RolloutBatch
-from ascent.train.llm_critic import batch_values, value_metrics
+from ascent.train.critic import value_metrics
+from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import (  # noqa: F401  (the step's vocabulary, re-exported)
     Scored,
     collect,
@@ -48,7 +54,7 @@ from ascent.train.llm_rollout import (  # noqa: F401  (the step's vocabulary, re
 )
 from ascent.train.llm_sampling import sample_batch
 from ascent.train.llm_setup import LLMRun, updates_per_step
-from ascent.train.llm_update import TrainBatch, update_policy
+from ascent.train.train_batch import TrainBatch
 
 
 def outcome_rewards(total: Tensor, mask: Tensor) -> Tensor:
@@ -59,21 +65,25 @@ def outcome_rewards(total: Tensor, mask: Tensor) -> Tensor:
     return rewards.scatter(-1, last, total[:, None].to(torch.float32))
 
 
-@torch.no_grad()
-def policy_logprobs(model: torch.nn.Module, run: LLMRun, rollout: RolloutBatch) -> Tensor:
-    """(B, R) log-probs of the batch under `model`, in micro-batches, without gradients."""
-    size = run.cfg.train.micro_batch_size
-    parts = [
-        response_logprobs(model, rollout.select(slice(i, i + size)), run.parts.temperature)[0]
-        for i in range(0, len(rollout), size)
-    ]
-    return torch.cat(parts)
+def whiten(advantages: Tensor, mask: Tensor, dist: Dist) -> Tensor:
+    """Advantages normalised over the policy tokens of the whole batch (all ranks)."""
+    if not dist.distributed:
+        return masked_whiten(advantages, mask)
+    m = mask.bool()
+    total, squares, count = dist.all_sum(
+        [float(advantages[m].sum()), float((advantages[m] ** 2).sum()), float(m.sum())]
+    )
+    mean = total / max(count, 1.0)
+    var = max(squares / max(count, 1.0) - mean**2, 0.0)
+    whitened = (advantages - mean) * (var + 1e-8) ** -0.5
+    return torch.where(m, whitened, torch.zeros_like(whitened))
 
 
 def _total_rewards(run: LLMRun, scored: Scored, metrics: dict[str, float]) -> Tensor:
     """(B,) rewards, with DAPO's soft overlong penalty when `overlong = "penalty"`."""
     rollout = scored.rollout
-    total = torch.tensor(scored.rewards.total, dtype=torch.float32, device=rollout.finished.device)
+    values = [0.0 if t is None else t for t in scored.rewards.total]  # None: blank rows
+    total = torch.tensor(values, dtype=torch.float32, device=rollout.finished.device)
     alg = run.cfg.algorithm
     if alg.overlong == "penalty":
         penalty = soft_overlong_penalty(
@@ -82,22 +92,22 @@ def _total_rewards(run: LLMRun, scored: Scored, metrics: dict[str, float]) -> Te
             alg.overlong_buffer,
             alg.overlong_penalty,
         )
-        metrics["overlong/penalty"] = float(penalty.mean())
+        metrics["overlong/penalty"] = float(penalty.mean()) if len(penalty) else 0.0
         total = total + penalty
     return total
 
 
 def _sampling_logprobs(run: LLMRun, scored: Scored) -> Tensor:
     """(B, R) log-probs of the current (pre-update) policy: the engine's when exact, with
-    replayed rows (sampled by older weights) recomputed."""
+    replayed rows (sampled by older weights) recomputed by the actor."""
     rollout = scored.rollout
     if not run.engine.exact_logprobs:
-        return policy_logprobs(run.policy, run, rollout)
+        return run.actor.logprobs(rollout)
     old = rollout.logprobs
     if scored.replayed:
         rows = torch.tensor(scored.replayed, device=old.device).nonzero().squeeze(-1)
         old = old.clone()
-        old[rows] = policy_logprobs(run.policy, run, rollout.select(rows))
+        old[rows] = run.actor.logprobs(rollout.select(rows))
     return old
 
 
@@ -105,35 +115,34 @@ def make_train_batch(run: LLMRun, scored: Scored) -> tuple[TrainBatch, dict[str,
     """Advantages (with the optional KL reward penalty) and the log-probs the loss needs.
 
     The sampling policy's log-probs come from the engine when they are exactly the policy's
-    (`exact_logprobs`), else from one forward pass, and are only needed when the batch feeds
-    more than one optimiser step or KL is a reward penalty. The reference model, when there
-    is one, runs once per batch; so does the critic, for the values GAE needs.
+    (`exact_logprobs`), else from the actor, and are only needed when the batch feeds more
+    than one optimiser step or KL is a reward penalty. The reference runs once per batch;
+    so does the critic, for the values GAE needs.
     """
     rollout, parts = scored.rollout, run.parts
     mask = rollout.response_mask
     metrics: dict[str, float] = {}
     rewards = outcome_rewards(_total_rewards(run, scored, metrics), mask)
-    needs_old = updates_per_step(run.cfg) > 1 or (parts.kl is not None and not parts.kl_in_loss)
+    several = updates_per_step(run.cfg) > 1
+    needs_old = several or (parts.kl is not None and not parts.kl_in_loss)
     old_logp = _sampling_logprobs(run, scored) if needs_old else None
-    ref_logp = None if parts.kl is None else policy_logprobs(run.reference, run, rollout)
+    ref_logp = None if run.reference is None else run.reference.logprobs(rollout)
     if ref_logp is not None and not parts.kl_in_loss:
         kl = parts.kl(old_logp, ref_logp)
         rewards = kl_penalty_rewards(rewards, kl, parts.kl_coef, mask)
         metrics["kl"] = float(masked_mean(kl, mask))
         ref_logp = None
-    if updates_per_step(run.cfg) == 1:
+    if not several:
         old_logp = None  # one update: the policy being updated is the sampling policy
-    values = None
-    if run.critic is not None:
-        values = batch_values(run.critic, rollout, run.cfg.train.micro_batch_size)
+    values = None if run.critic is None else run.critic.values(rollout)
     result = parts.advantage(
         AdvantageBatch(rewards=rewards, mask=mask, values=values, group_ids=rollout.group_ids),
         parts.advantage_params,
     )
     advantages = result.advantages
     if parts.normalize_advantages:
-        advantages = masked_whiten(advantages, mask)
-    per_row = masked_mean(advantages, mask, dim=-1)
+        advantages = whiten(advantages, mask, run.dist)
+    per_row = masked_mean(advantages, mask, dim=-1)[mask.bool().any(-1)]
     metrics["adv_std"] = float(per_row.std()) if len(per_row) > 1 else 0.0
     if values is not None:
         metrics.update(value_metrics(values, result.returns, mask))
@@ -154,45 +163,66 @@ def make_train_batch(run: LLMRun, scored: Scored) -> tuple[TrainBatch, dict[str,
 
 def _mask_overlong(run: LLMRun, batch: TrainBatch, metrics: dict[str, float]) -> TrainBatch:
     """With `overlong = "mask"`, completions cut by max_new_tokens leave the loss (DAPO's
-    overlong filtering); their advantages were computed with them, as in the paper."""
+    overlong filtering): their tokens are masked out, so they count in no aggregation; their
+    advantages were computed with them, as in the paper."""
     if run.cfg.algorithm.overlong != "mask":
         return batch
     finished = batch.rollout.finished
-    metrics["overlong/masked"] = float((~finished).float().mean())
-    return batch if bool(finished.all()) else batch.select(finished.nonzero().squeeze(-1))
+    metrics["overlong/masked"] = float((~finished).float().mean()) if len(finished) else 0.0
+    rollout = batch.rollout
+    mask = rollout.response_mask * finished[:, None].to(rollout.response_mask.dtype)
+    return replace(
+        batch,
+        rollout=replace(rollout, response_mask=mask),
+        advantages=batch.advantages * finished[:, None],
+    )
 
 
 def _with_replay(run: LLMRun, usable: Scored, step: int) -> tuple[Scored, dict[str, float]]:
-    """The fresh rows plus up to `replay_rows` buffered correct ones; then buffer the fresh."""
-    replayed, metrics = run.replay.sample(run.cfg.replay_rows, step)
+    """The fresh rows plus this rank's share of `replay_rows` buffered correct ones; then
+    buffer the fresh."""
+    replayed, metrics = run.replay.sample(run.cfg.replay_rows // run.dist.world_size, step)
     run.replay.add(usable, step)
     if replayed is None:
         return usable, metrics
     return Scored.concat([usable, replayed], run.tokenizer.pad_token_id), metrics
 
 
+def in_critic_warmup(run: LLMRun, step: int) -> bool:
+    """Steps 1..value_warmup_steps train only the critic."""
+    return run.critic is not None and step <= run.cfg.critic.value_warmup_steps
+
+
 def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
-    """Run one step; return its metrics and the scored batch (for sample dumps)."""
+    """Run one step; return its metrics and this rank's scored batch (for sample dumps)."""
     t0 = time.perf_counter()
-    scored, metrics = sample_batch(run)
+    scored, metrics, generated = sample_batch(run)
+    metrics["policy_version"] = float(run.engine.version)
     t1 = time.perf_counter()
     usable = trainable(scored, run.parts.needs_groups)
     if run.replay is not None:
         usable, replay_metrics = _with_replay(run, usable, step)
         metrics.update(replay_metrics)
-    if len(usable.completions):
+    rows = run.dist.all_sum([float(len(usable.completions))])[0]
+    if rows:
+        if not len(usable.completions):  # others have rows: take part with a blank one
+            usable = generated.blank()
         batch, batch_metrics = make_train_batch(run, usable)
         metrics.update(batch_metrics)
-        if len(batch.rollout):
-            metrics.update(update_policy(run, batch, step))
-    if "loss" not in metrics:  # nothing to learn from: no update (the schedule does not advance)
+        warmup = in_critic_warmup(run, step)
+        if run.critic is not None:
+            metrics.update(run.critic.update(batch, step, warmup=warmup))
+        if warmup:
+            metrics["critic_warmup"] = 1.0
+        else:
+            metrics.update(run.actor.update(batch, step))
+            run.version = step
+            run.engine.sync_weights(run.actor.weights(), run.version)
+    else:  # nothing to learn from on any rank: no update (the schedule does not advance)
         metrics["update_skipped"] = 1.0
     t2 = time.perf_counter()
+    tokens = run.dist.all_sum([float(generated.rollout.num_tokens)])[0]
     metrics.update(
-        {
-            "tokens_per_s": scored.rollout.num_tokens / (t2 - t0),
-            "time/rollout": t1 - t0,
-            "time/update": t2 - t1,
-        }
+        {"tokens_per_s": tokens / (t2 - t0), "time/rollout": t1 - t0, "time/update": t2 - t1}
     )
     return metrics, scored

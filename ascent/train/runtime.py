@@ -18,21 +18,22 @@ from ascent.config.run import RunSection
 from ascent.errors import AscentError
 
 
-def resolve_threads(requested: int) -> int:
-    """`requested` threads, or for 0 half the cores (at least 1) so reward workers keep a core."""
+def resolve_threads(requested: int, ranks: int = 1) -> int:
+    """`requested` threads, or for 0 half the cores shared between this machine's `ranks`
+    (at least 1 each) so reward workers keep a core."""
     if requested > 0:
         return requested
-    return max(1, (os.cpu_count() or 1) // 2)
+    return max(1, (os.cpu_count() or 1) // 2 // ranks)
 
 
-def configure_cpu(threads: int = 0) -> None:
+def configure_cpu(threads: int = 0, ranks: int = 1) -> None:
     """Deliberate torch threads and denormal flushing, for any process that runs a model.
 
     The tokenizers library's own thread pool is switched off for the same reason: on a small
     machine it competes with reward workers for the cores torch was told it could have.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(resolve_threads(threads))
+    torch.set_num_threads(resolve_threads(threads, ranks))
     torch.set_flush_denormal(True)
 
 
@@ -57,10 +58,11 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def setup_runtime(run: RunSection) -> torch.device:
-    """Apply `[run]` (threads, denormals, seeds, determinism) and return the device to use."""
+def setup_runtime(run: RunSection, ranks: int = 1) -> torch.device:
+    """Apply `[run]` (threads, denormals, seeds, determinism) and return the device to use;
+    `ranks` processes of one run share this machine's cores."""
     device = resolve_device(run.device)
-    configure_cpu(run.threads)
+    configure_cpu(run.threads, ranks)
     seed_everything(run.seed)
     if run.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

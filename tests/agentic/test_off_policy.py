@@ -14,7 +14,6 @@ clipping is off, to show it is the objective that bounds the update.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -23,10 +22,8 @@ import torch
 from ascent.config import load_config
 from ascent.rollout.agentic.rows import build_rows
 from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
-from ascent.train.agentic_step import credit_batch, loss_run
+from ascent.train.agentic_step import credit_batch
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import policy_logprobs
-from ascent.train.llm_update import update_policy
 
 GROUP = 4
 
@@ -66,13 +63,12 @@ def one_update(tmp_path, *, correction: bool, staleness: float) -> dict[str, flo
     torch.manual_seed(0)
     run = build_run(cfg, torch.device("cpu"))
     rows = build_rows(episodes(run, staleness), run.tokenizer.pad_token_id, torch.device("cpu"))
-    before = policy_logprobs(run.policy, run, rows.rollout)
-    sgd = torch.optim.SGD(run.policy.parameters(), lr=1e-3)
-    constant = torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0)
-    view = dataclasses.replace(loss_run(run), optimizer=sgd, scheduler=constant)
-    batch, _ = credit_batch(view, rows)
-    metrics = update_policy(view, batch, 1)
-    moved = (policy_logprobs(run.policy, run, rows.rollout) - before).abs()
+    before = run.actor.logprobs(rows.rollout)
+    run.actor.optimizer = torch.optim.SGD(run.actor.model.parameters(), lr=1e-3)
+    run.actor.scheduler = torch.optim.lr_scheduler.LambdaLR(run.actor.optimizer, lambda _: 1.0)
+    batch, _ = credit_batch(run, rows)
+    metrics = run.actor.update(batch, 1)
+    moved = (run.actor.logprobs(rows.rollout) - before).abs()
     metrics["drift"] = float(moved[rows.rollout.response_mask.bool()].mean())
     return metrics
 

@@ -15,12 +15,12 @@ import torch
 
 from ascent.config import load_config
 from ascent.data import DrawnPrompt, Problem
+from ascent.models.forward import response_logprobs
 from ascent.rollout.agentic.producer import EpisodeProducer
-from ascent.rollout.agentic.roles import PolicyBatcher, PolicySnapshot
+from ascent.rollout.agentic.roles import PolicyBatcher
 from ascent.rollout.agentic.rows import build_rows
 from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
 from ascent.train.llm_setup import build_run, make_engine
-from ascent.train.llm_step import policy_logprobs
 
 
 def make_producer(
@@ -139,20 +139,27 @@ def test_problems_are_drawn_on_the_trainers_thread_only():
 
 
 def test_behaviour_logprobs_are_those_of_the_policy_version_that_sampled_them(tmp_path):
-    """Real weights: a snapshot samples each turn with the latest published version while the
-    trainer changes its own; every row's behaviour log-probs are those of its recorded
-    version's weights (not the trainer's), and no row is staler than max_staleness."""
+    """Real weights: an engine with its own copy samples each turn with the latest synced
+    version while the trainer changes its own; every row's behaviour log-probs are those of
+    its recorded version's weights (not the trainer's), and no row is staler than
+    max_staleness."""
     cfg = load_config(
         "examples/agentic_tiny.toml", [f'run.output_dir="{tmp_path}"', "data.eval_size=10"]
     )
     torch.manual_seed(0)
     run = build_run(cfg, torch.device("cpu"))
-    weights = {0: copy.deepcopy(run.policy.state_dict())}
-    snapshot = PolicySnapshot(run.policy, 0)
-    engine = make_engine(cfg, snapshot.model, run.tokenizer)
+    policy = run.actor.model
+    weights = {0: copy.deepcopy(policy.state_dict())}
+    engine = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
+    assert engine.model is not policy
     batcher = PolicyBatcher(
-        snapshot, engine, run.tokenizer, run.sampling, torch.Generator().manual_seed(0), 8
+        engine, run.tokenizer, run.sampling, torch.Generator().manual_seed(0), 8
     )
+
+    def logprobs(model, rollout):
+        with torch.no_grad():
+            return response_logprobs(model, rollout, run.parts.temperature)[0]
+
     problems, uids = iter(run.task.train * 10), itertools.count()
     producer = EpisodeProducer(
         draw=lambda: DrawnPrompt(next(uids), next(problems)),
@@ -174,7 +181,7 @@ def test_behaviour_logprobs_are_those_of_the_policy_version_that_sampled_them(tm
         return ep
 
     producer.start(episode, nothing)
-    model = copy.deepcopy(run.policy)
+    model = copy.deepcopy(policy)
     staleness = []
     try:
         for step in range(1, 6):
@@ -184,19 +191,19 @@ def test_behaviour_logprobs_are_those_of_the_policy_version_that_sampled_them(tm
             for row, version in enumerate(rows.row_version):
                 model.load_state_dict(weights[version])
                 recorded = rows.rollout.logprobs[row][mask[row]]
-                recomputed = policy_logprobs(model, run, rows.rollout)[row][mask[row]]
+                recomputed = logprobs(model, rows.rollout)[row][mask[row]]
                 assert torch.allclose(recorded, recomputed, atol=1e-4), (step, version)
                 if version != step - 1:  # the trainer's weights would not have given them
                     model.load_state_dict(weights[step - 1])
-                    current = policy_logprobs(model, run, rows.rollout)[row][mask[row]]
+                    current = logprobs(model, rows.rollout)[row][mask[row]]
                     assert (current - recorded).abs().max() > 1e-2
                 staleness.append(step - 1 - version)
             with torch.no_grad():  # the "update": every weight moves
-                for p in run.policy.parameters():
+                for p in policy.parameters():
                     p.add_(0.05 * torch.randn_like(p))
-            weights[step] = copy.deepcopy(run.policy.state_dict())
+            weights[step] = copy.deepcopy(policy.state_dict())
             time.sleep(0.2)  # while the producer runs ahead with the old weights
-            snapshot.publish(step, run.policy)
+            engine.sync_weights(run.actor.weights(), step)
             producer.publish(step)
     finally:
         producer.close()

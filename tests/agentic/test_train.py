@@ -13,12 +13,11 @@ from ascent.config import load_config
 from ascent.config.rewards import SandboxSection
 from ascent.errors import AscentError
 from ascent.rollout.agentic.producer import Group
-from ascent.rollout.agentic.roles import PolicySnapshot
 from ascent.rollout.agentic.transcript import Episode
+from ascent.rundir import RunDir
 from ascent.train.agentic_step import AgenticTrainer
 from ascent.train.llm import train_llm
-from ascent.train.llm_setup import build_run
-from ascent.train.rundir import RunDir
+from ascent.train.llm_setup import build_run, make_engine
 from tests.api.scripted_server import ScriptedServer, ok
 from tests.rewards.conftest import isolation_or_skip
 
@@ -121,7 +120,7 @@ def test_steps_with_nothing_to_train_on_stop_the_run_after_max_skipped_steps(tmp
     trainer = AgenticTrainer(run)
     try:
         trainer.producer = SandboxDown(run.task.train[0])  # type: ignore[assignment]
-        trainer.snapshot = PolicySnapshot(run.policy, 0)
+        trainer.engine = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
         metrics, _ = trainer.step(run, 1)  # one skipped step is logged, not fatal
         per_step = 2 * run.prompts_per_step
         assert metrics["update_skipped"] == 1.0 and metrics["agentic/sandbox_errors"] == per_step

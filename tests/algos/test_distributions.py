@@ -47,3 +47,16 @@ def test_entropy_of_uniform_and_peaked_distributions(dtype):
 def test_entropy_is_finite_when_a_probability_underflows():
     got = entropy_from_logits(torch.tensor([0.0, -1e4]))
     assert torch.isfinite(got) and abs(got.item()) < 1e-6
+
+
+def test_bf16_logits_are_divided_by_the_temperature_after_the_upcast():
+    # What the sampler does: float32 logits / T. Dividing in bf16 first rounds the scaled
+    # logits, and the log-probs drift from the sampler's (the PPO ratio would not be 1).
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(2, 6, 5000, generator=gen) * 8).to(torch.bfloat16)
+    tokens = torch.randint(0, 5000, (2, 6), generator=gen)
+    reference = torch.log_softmax(logits.float() / 0.7, -1).gather(-1, tokens[..., None])[..., 0]
+    ours = logprobs_from_logits(logits, tokens, 0.7)
+    assert torch.allclose(ours, reference, atol=1e-5)
+    rounded_first = logprobs_from_logits(logits / 0.7, tokens)
+    assert (rounded_first - reference).abs().max() > 1e-3

@@ -123,8 +123,8 @@ def test_the_analysts_tokens_count_in_the_runs_ledger(server, tmp_path):
 
 
 def test_a_training_run_consults_the_assistant_and_reports_its_usage(server, tmp_path, capsys):
+    from ascent.rundir import RunDir
     from ascent.train.llm import train_llm
-    from ascent.train.rundir import RunDir
 
     server.default(CHAT, ok(ANSWER, prompt_tokens=40, completion_tokens=30))
     cfg = load_config(

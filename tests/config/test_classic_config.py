@@ -9,9 +9,13 @@ import pytest
 from gymnasium import spaces
 
 from ascent.config import ClassicConfig, load_config
-from ascent.config.classic import ClassicOptimSection, ClassicTrainSection, EnvSection
+from ascent.config.classic import (
+    ClassicOptimSection,
+    ClassicTrainSection,
+    EnvSection,
+    unsupported_space,
+)
 from ascent.errors import ConfigError
-from ascent.models.actor_critic import unsupported_space
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

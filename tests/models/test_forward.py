@@ -19,7 +19,7 @@ def test_shared_prompt_forward_matches_plain_forward_in_value_and_gradient():
     )
     mask = batch.response_mask.bool()
 
-    logp, entropy = response_logprobs(model, batch, 0.9, with_entropy=True)
+    logp, entropy = response_logprobs(model, batch, 0.9, entropy="loss")
     logp[mask].sum().backward()
     shared = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -49,7 +49,6 @@ def test_lora_policy_trains_only_adapters_and_decodes_through_the_generic_path(t
     assert not StaticLlamaDecoder.supports(policy)
 
     engine = TransformersEngine(policy, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id])
-    assert not engine.fast
     prompts = [tok(p)["input_ids"] for p in ("12+34=", "9+9=")]
     batch = engine.generate(prompts, [0, 1], 3, SamplingParams(5), torch.Generator().manual_seed(0))
     logp, _ = response_logprobs(policy, batch)
@@ -57,3 +56,15 @@ def test_lora_policy_trains_only_adapters_and_decodes_through_the_generic_path(t
     assert torch.allclose(logp[mask], batch.logprobs[mask], atol=1e-5)
     logp[mask].sum().backward()
     assert all(p.grad is not None for n, p in policy.named_parameters() if n in trainable)
+
+
+def test_the_entropy_metric_equals_the_differentiable_entropy_without_keeping_a_graph():
+    model, tok = build_tiny_model()
+    engine = TransformersEngine(model, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id])
+    prompts = [tok(p)["input_ids"] for p in ("12+34=", "9+9=")]
+    batch = engine.generate(prompts, [0, 1], 3, SamplingParams(5), torch.Generator().manual_seed(1))
+    _, for_loss = response_logprobs(model, batch, 0.7, entropy="loss")
+    _, metric = response_logprobs(model, batch, 0.7, entropy="metric")
+    assert for_loss.requires_grad and not metric.requires_grad
+    assert torch.allclose(for_loss.detach(), metric, atol=1e-6)
+    assert response_logprobs(model, batch, 0.7)[1] is None

@@ -12,7 +12,7 @@ from ascent.config.run import LoggingSection
 from ascent.errors import AscentError
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
-from ascent.train.rundir import RunDir
+from ascent.rundir import RunDir
 
 
 @pytest.fixture

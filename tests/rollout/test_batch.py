@@ -16,6 +16,7 @@ def batch(prompt: list[int], response: list[int], group: int) -> RolloutBatch:
         logprobs=torch.full((1, len(response)), -0.5),
         group_ids=torch.tensor([group]),
         finished=torch.tensor([True]),
+        versions=torch.zeros(1, dtype=torch.long),
     )
 
 
@@ -42,6 +43,7 @@ def test_response_width_reaches_the_last_chosen_token_of_any_row():
         logprobs=torch.zeros(b, 7),
         group_ids=torch.arange(b),
         finished=torch.ones(b, dtype=torch.bool),
+        versions=torch.zeros(b, dtype=torch.long),
     )
     expected = max((j + 1 for row in masks.tolist() for j, m in enumerate(row) if m), default=1)
     assert batch.response_width == expected == 5

@@ -118,3 +118,48 @@ def test_same_generator_seed_same_samples_and_model_mode_is_restored():
     assert torch.equal(a.response_ids, b.response_ids)
     assert not torch.equal(a.response_ids, c.response_ids)
     assert model.training
+
+
+def test_an_engine_with_its_own_copy_samples_the_weights_it_was_synced_with():
+    import contextlib
+
+    trainer, _ = build_tiny_model(seed=1)
+    own, _ = build_tiny_model(seed=2)  # other weights, same architecture
+    live = TransformersEngine(
+        live=lambda: contextlib.nullcontext(trainer), pad_id=PAD, eos_ids=[EOS]
+    )
+    copy = TransformersEngine(own, pad_id=PAD, eos_ids=[EOS])
+    assert live.exact_logprobs and not copy.exact_logprobs
+    prompts, params = PROMPTS["ragged"], SamplingParams(8, greedy=True)
+
+    def run(engine):
+        return engine.generate(prompts, [0, 1, 2], 1, params)
+
+    before = run(copy)
+    assert not torch.equal(before.logprobs, run(live).logprobs)
+    copy.sync_weights(trainer.named_parameters(), version=3)
+    assert not before.versions.any()  # staged: swapped in at the next generate call
+    after, reference = run(copy), run(live)
+    assert torch.equal(after.response_ids, reference.response_ids)
+    assert torch.allclose(after.logprobs, reference.logprobs, atol=1e-6)
+    assert after.versions.tolist() == [3, 3, 3] and own is not trainer
+    with pytest.raises(ValueError, match=r"unknown \['lm_head.bias'\]"):
+        copy.sync_weights([("lm_head.bias", torch.zeros(3))], version=4)
+        run(copy)
+
+
+def test_a_live_engine_only_records_the_version_and_never_reads_the_weights():
+    import contextlib
+
+    model, _ = build_tiny_model()
+    engine = TransformersEngine(
+        live=lambda: contextlib.nullcontext(model), pad_id=PAD, eos_ids=[EOS]
+    )
+
+    def weights():
+        raise AssertionError("a live engine must not consume the weight stream")
+        yield  # pragma: no cover
+
+    engine.sync_weights(weights(), version=7)
+    batch = engine.generate(PROMPTS["equal"], [0, 1, 2], 2, SamplingParams(4, greedy=True))
+    assert batch.versions.tolist() == [7] * 6

@@ -6,7 +6,8 @@ POINT is where the process kills itself (a real SIGKILL: no handler, no cleanup 
 
     step:N              as step N starts (before any of its work)
     metrics-line:N      halfway through writing step N's line of metrics.jsonl
-    checkpoint-write:N  halfway through writing step N's state.pt (in its temporary directory)
+    checkpoint-write:N  halfway through writing a file of step N's checkpoint (its shards are
+                        written; this rank's state file is cut in half)
     checkpoint-rename:N with step N's checkpoint complete in its temporary directory, before
                         it is renamed into place
     export              with final-model/ complete in its temporary directory, before the rename
@@ -63,7 +64,8 @@ def arm(point: str) -> None:
         original_save = torch.save
 
         def save(obj, f, *args, **kwargs):
-            if Path(f).parent.name.startswith(f".tmp-step-{n:06d}"):
+            named = isinstance(f, (str, Path))  # DCP also saves into in-memory buffers
+            if named and Path(f).parent.name.startswith(f".tmp-step-{n:06d}"):
                 buffer = io.BytesIO()
                 original_save(obj, buffer, *args, **kwargs)
                 Path(f).write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])

@@ -16,11 +16,9 @@ import pytest
 import torch
 
 from ascent.errors import AscentError
+from ascent.rundir import best_checkpoint, latest_checkpoint, list_checkpoints
 from ascent.train.checkpoint import (
-    best_checkpoint,
     capture_rng_state,
-    latest_checkpoint,
-    list_checkpoints,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,

@@ -12,15 +12,9 @@ import torch
 
 from ascent.config import load_config
 from ascent.errors import AscentError
-from ascent.train.checkpoint import (
-    STATE_FILE,
-    check_plain,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from ascent.rundir import RunDir, latest_checkpoint
+from ascent.train.checkpoint import STATE_FILE, check_plain, load_checkpoint, save_checkpoint
 from ascent.train.llm import train_llm
-from ascent.train.rundir import RunDir
 from tests.train.test_llm_loop import SHORT
 
 

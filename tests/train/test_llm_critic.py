@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ascent.rundir import RunDir
 from ascent.train.checkpoint import load_checkpoint
 from ascent.train.llm import train_llm
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_step import rl_step
-from ascent.train.rundir import RunDir
-from tests.train.test_llm_loop import assert_same, config, one_update, stop_at
+from ascent.train.shards import load_shards
+from tests.train.test_llm_loop import assert_same, config, one_update, stop_at, weights
 
 GAE = ['algorithm.advantage="gae"', "critic.lr=1e-3"]
 
@@ -26,31 +27,32 @@ def test_critic_warmup_trains_only_the_critic_then_the_policy_learns(tmp_path, a
         tmp_path, *GAE, f'critic.architecture="{architecture}"', "critic.value_warmup_steps=2"
     )
     run = build_run(cfg, torch.device("cpu"))
-    policy, critic = snapshot(run.policy), snapshot(run.critic.model)
-    lr_before = run.scheduler.get_last_lr()
+    value_model = run.critic.model if architecture == "separate" else run.actor.head.model
+    policy, critic = snapshot(run.actor.model), snapshot(value_model)
+    lr_before = run.actor.scheduler.get_last_lr()
     for step in (1, 2):
         metrics, _ = rl_step(run, step)
         assert metrics["critic_warmup"] == 1.0 and "value_loss" in metrics
         assert "clip_ratio" not in metrics and "grad_norm" not in metrics
-    assert_same(policy, run.policy.state_dict(), atol=0)  # not one weight moved
-    assert run.scheduler.get_last_lr() == lr_before  # nor did the policy's schedule
-    moved = [k for k, v in run.critic.model.state_dict().items() if not torch.equal(v, critic[k])]
+    assert_same(policy, run.actor.model.state_dict(), atol=0)  # not one weight moved
+    assert run.actor.scheduler.get_last_lr() == lr_before  # nor did the policy's schedule
+    moved = [k for k, v in value_model.state_dict().items() if not torch.equal(v, critic[k])]
     assert "head.weight" in moved
     if architecture == "separate":
         assert any(k.startswith("trunk.") for k in moved)  # its own backbone trains too
     metrics, _ = rl_step(run, 3)
     assert "critic_warmup" not in metrics and "grad_norm" in metrics
-    assert any(not torch.equal(v, policy[k]) for k, v in run.policy.state_dict().items())
+    assert any(not torch.equal(v, policy[k]) for k, v in run.actor.model.state_dict().items())
     run.reward.close()
 
 
 def test_a_value_head_shares_the_policy_backbone_and_optimises_only_its_head(tmp_path):
     run = build_run(config(tmp_path, *GAE, 'critic.architecture="head"'), torch.device("cpu"))
-    policy_params = {id(p) for p in run.policy.parameters()}
-    assert {id(p) for p in run.critic.model.trunk.parameters()} <= policy_params
-    assert [id(p) for p in run.critic.own_parameters()] == [
-        id(p) for p in run.critic.model.head.parameters()
-    ]
+    head = run.actor.head
+    policy_params = {id(p) for p in run.actor.model.parameters()}
+    assert {id(p) for p in head.model.trunk.parameters()} <= policy_params
+    optimised = [id(p) for group in head.optimizer.param_groups for p in group["params"]]
+    assert optimised == [id(p) for p in head.model.head.parameters()]
     run.reward.close()
 
 
@@ -81,11 +83,17 @@ def test_resume_with_critic_replay_and_history_equals_one_uninterrupted_run(tmp_
         with pytest.raises(KeyboardInterrupt):
             train_llm(split, RunDir.create(split))
     train_llm(split, RunDir.create(split, resume=tmp_path / "split"))
-    a, b = (
-        load_checkpoint(tmp_path / name / "checkpoints" / "step-000004")
-        for name in ("straight", "split")
-    )
-    assert_same(a["model"], b["model"])
-    assert_same(a["critic"]["weights"], b["critic"]["weights"])
-    assert len(a["replay"]["items"]) == len(b["replay"]["items"]) > 0
-    assert a["history"] == b["history"] and a["sampler"] == b["sampler"]
+    a, b = (tmp_path / name / "checkpoints" / "step-000004" for name in ("straight", "split"))
+    assert_same(weights(a), weights(b))
+    critics = []
+    for ckpt in (a, b):
+        critic = build_run(straight, torch.device("cpu")).critic
+        template = critic.checkpoint_state()
+        load_shards(ckpt, template)
+        critics.append(template["critic"])
+    assert_same(*critics)
+    states = [load_checkpoint(c) for c in (a, b)]
+    assert states[0]["history"] == states[1]["history"]
+    assert states[0]["sampler"] == states[1]["sampler"]
+    replays = [torch.load(c / "rank-0.pt", weights_only=True)["replay"]["items"] for c in (a, b)]
+    assert len(replays[0]) == len(replays[1]) > 0

@@ -11,13 +11,14 @@ import torch
 
 from ascent.config import load_config
 from ascent.models import load_policy
+from ascent.rundir import RunDir, latest_checkpoint
 from ascent.train import llm_step
-from ascent.train.checkpoint import latest_checkpoint, load_checkpoint
+from ascent.train.actor import Actor
 from ascent.train.llm import train_llm
+from ascent.train.llm_checkpoint import policy_from_checkpoint
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_step import collect, make_train_batch, score
-from ascent.train.llm_update import update_policy
-from ascent.train.rundir import RunDir
+from ascent.train.reference import ModelReference
 
 SHORT = [
     "train.total_steps=4",
@@ -39,7 +40,9 @@ def config(tmp_path, *overrides: str, name: str = "run"):
 
 
 def weights(path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(path)["model"]
+    """The policy weights a checkpoint holds (its run's [model], read from config.toml)."""
+    model = load_config(path.parents[1] / "config.toml").model
+    return policy_from_checkpoint(path, model).state_dict()
 
 
 def test_short_grpo_run_writes_metrics_samples_checkpoints_and_summary(tmp_path):
@@ -129,16 +132,22 @@ def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path, monkey
     assert not summary["interrupted"] and summary["eval_accuracy_before"] is not None
 
 
-def one_update(cfg, **parts) -> dict[str, torch.Tensor]:
-    """The policy's weights after one RL step from the same rollouts."""
+def build(cfg, **parts):
+    """The run of `cfg`, its algorithm parts changed by `parts`."""
     run = build_run(cfg, torch.device("cpu"))
     if parts:
-        run.parts = run.parts.__class__(**{**vars(run.parts), **parts})
+        run.parts = run.actor.parts = run.parts.__class__(**{**vars(run.parts), **parts})
+    return run
+
+
+def one_update(cfg, **parts) -> dict[str, torch.Tensor]:
+    """The policy's weights after one RL step from the same rollouts."""
+    run = build(cfg, **parts)
     rollout, problems = collect(run)
     batch, _ = make_train_batch(run, score(run, rollout, problems))
-    update_policy(run, batch, step=1)
+    run.actor.update(batch, step=1)
     run.reward.close()
-    return {k: v.clone() for k, v in run.policy.state_dict().items()}
+    return {k: v.clone() for k, v in run.actor.model.state_dict().items()}
 
 
 def one_gradient(cfg, **parts) -> dict[str, torch.Tensor]:
@@ -148,19 +157,17 @@ def one_gradient(cfg, **parts) -> dict[str, torch.Tensor]:
     about lr * sign(g)) float32 rounding in components near 0 shows up as lr-sized
     differences in the weights, so the weights are not where to check it.
     """
-    run = build_run(cfg, torch.device("cpu"))
-    if parts:
-        run.parts = run.parts.__class__(**{**vars(run.parts), **parts})
+    run = build(cfg, **parts)
     grads: dict[str, torch.Tensor] = {}
 
     def record(*args, **kwargs):
         if not grads:
-            grads.update({n: p.grad.clone() for n, p in run.policy.named_parameters()})
+            grads.update({n: p.grad.clone() for n, p in run.actor.model.named_parameters()})
 
-    run.optimizer.step = record
+    run.actor.optimizer.step = record
     rollout, problems = collect(run)
     batch, _ = make_train_batch(run, score(run, rollout, problems))
-    update_policy(run, batch, step=1)
+    run.actor.update(batch, step=1)
     run.reward.close()
     return grads
 
@@ -195,8 +202,10 @@ def test_skipping_zero_advantage_completions_gives_the_same_update(tmp_path):
 
 def test_no_forward_pass_recomputes_old_logprobs(tmp_path, monkeypatch):
     calls = []
-    original = llm_step.policy_logprobs
-    monkeypatch.setattr(llm_step, "policy_logprobs", lambda *a: calls.append(1) or original(*a))
+    for worker in (Actor, ModelReference):
+        original = worker.logprobs
+        counted = lambda *a, _f=original, **k: calls.append(1) or _f(*a, **k)  # noqa: E731
+        monkeypatch.setattr(worker, "logprobs", counted)
     one_update(config(tmp_path))  # one update per batch: old = current policy
     one_update(
         config(
@@ -240,6 +249,7 @@ def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path)
         return [None if i % 2 else float(len(c)) for i, c in enumerate(completions)]
 
     run = build_run(config(tmp_path), torch.device("cpu"))
+    policy = run.actor.model
     run.reward.close()
     run.reward = CompositeReward({"every_other": every_other}, [1.0])
     metrics, scored = rl_step(run, 1)
@@ -248,17 +258,17 @@ def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path)
     assert len(kept.completions) == 8 and all(t is not None for t in kept.rewards.total)
 
     run.reward = CompositeReward({"none": lambda p, c, **_: [None] * len(c)}, [1.0])
-    before = {k: v.clone() for k, v in run.policy.state_dict().items()}
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
     metrics, _ = rl_step(run, 2)
     assert metrics["update_skipped"] == 1.0 and "reward" not in metrics
-    assert_same(before, run.policy.state_dict(), atol=0)
+    assert_same(before, policy.state_dict(), atol=0)
 
 
 def test_every_chosen_token_of_a_multi_turn_row_is_trained(tmp_path):
     """An agentic row has masked observation tokens between its turns, so its last chosen
     token lies past its count of chosen tokens; the micro-batch trim must keep it."""
     from ascent.rollout.batch import RolloutBatch
-    from ascent.train.llm_update import TrainBatch
+    from ascent.train.train_batch import TrainBatch
 
     cfg = config(tmp_path, "optim.weight_decay=0.0", "train.micro_batch_size=1")
     run = build_run(cfg, torch.device("cpu"))
@@ -274,10 +284,11 @@ def test_every_chosen_token_of_a_multi_turn_row_is_trained(tmp_path):
         logprobs=torch.zeros(1, 7),
         group_ids=torch.zeros(1, dtype=torch.long),
         finished=torch.ones(1, dtype=torch.bool),
+        versions=torch.zeros(1, dtype=torch.long),
     )
-    before = {k: v.clone() for k, v in run.policy.state_dict().items()}
+    before = {k: v.clone() for k, v in run.actor.model.state_dict().items()}
     # only the second turn carries advantage: dropping it leaves no gradient at all
-    update_policy(run, TrainBatch(rollout, turn2 * 1.0, None, None), step=1)
-    after = run.policy.state_dict()
+    run.actor.update(TrainBatch(rollout, turn2 * 1.0, None, None), step=1)
+    after = run.actor.model.state_dict()
     run.reward.close()
     assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -12,7 +12,6 @@ import torch
 from ascent.data import Problem
 from ascent.rewards import CompositeReward, RewardOutput
 from ascent.rollout import RolloutBatch
-from ascent.train import llm_step
 from ascent.train.llm_replay import PositiveReplay
 from ascent.train.llm_rollout import Scored
 from ascent.train.llm_setup import build_run
@@ -72,6 +71,7 @@ def rows(n: int, step: int, correct: list[bool]) -> Scored:
         logprobs=torch.zeros(n, 1),
         group_ids=torch.arange(n) + 1000 * step,
         finished=torch.ones(n, dtype=torch.bool),
+        versions=torch.zeros(n, dtype=torch.long),
     )
     details = [{"math": {"correct": ok}} for ok in correct]
     rewards = RewardOutput([1.0 if ok else -1.0 for ok in correct], {}, details)
@@ -117,10 +117,8 @@ def test_each_batch_holds_replay_ratio_of_replayed_rows(tmp_path, monkeypatch):
     )
     run = build_run(cfg, torch.device("cpu"))
     seen: list = []
-    original = llm_step.update_policy
-    monkeypatch.setattr(
-        llm_step, "update_policy", lambda r, b, s: seen.append(b) or original(r, b, s)
-    )
+    original = run.actor.update
+    run.actor.update = lambda b, s, **k: seen.append(b) or original(b, s, **k)
     for step in range(1, 5):
         buffered = len(run.replay.items)
         metrics, _ = rl_step(run, step)
@@ -153,16 +151,17 @@ def test_overlong_completions_are_masked_or_penalised(tmp_path, monkeypatch, mod
     cfg = config(tmp_path, f'algorithm.overlong="{mode}"', "rollout.max_new_tokens=3", *extra)
     run = build_run(cfg, torch.device("cpu"))
     seen: list = []
-    original = llm_step.update_policy
-    monkeypatch.setattr(
-        llm_step, "update_policy", lambda r, b, s: seen.append(b) or original(r, b, s)
-    )
+    original = run.actor.update
+    run.actor.update = lambda b, s, **k: seen.append(b) or original(b, s, **k)
     metrics, scored = rl_step(run, 1)
     cut = (~scored.rollout.finished).float().mean()
     assert 0 < cut < 1  # some answers need the fourth token
     if mode == "mask":
         assert metrics["overlong/masked"] == pytest.approx(float(cut))
-        assert bool(seen[0].rollout.finished.all()) and len(seen[0].rollout) < 16
+        cut_rows = ~seen[0].rollout.finished  # still there, with nothing left to learn from
+        assert bool(cut_rows.any()) and len(seen[0].rollout) == 16
+        assert seen[0].rollout.response_mask[cut_rows].sum() == 0
+        assert seen[0].advantages[cut_rows].abs().sum() == 0
     else:  # 3 tokens = L_max: -1; 2 tokens = L_max - L_cache: 0
         at_max = (scored.rollout.response_lengths == 3).float().mean()
         assert metrics["overlong/penalty"] == pytest.approx(-float(at_max))

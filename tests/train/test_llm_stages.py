@@ -8,11 +8,10 @@ from pathlib import Path
 
 import torch
 
+from ascent.rundir import RunDir, latest_checkpoint
 from ascent.train import llm
-from ascent.train.checkpoint import load_checkpoint
 from ascent.train.llm import train_llm
-from ascent.train.rundir import RunDir
-from tests.train.test_llm_loop import assert_same, config
+from tests.train.test_llm_loop import assert_same, config, weights
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,9 +28,9 @@ def test_stage_two_starts_from_stage_one_final_weights_with_its_own_settings(tmp
     built = []
     original = llm.build_run
 
-    def recording(cfg, device):
-        run = original(cfg, device)
-        built.append((cfg, {k: v.clone() for k, v in run.policy.state_dict().items()}))
+    def recording(cfg, dist):
+        run = original(cfg, dist)
+        built.append((cfg, {k: v.clone() for k, v in run.actor.model.state_dict().items()}))
         return run
 
     monkeypatch.setattr(llm, "build_run", recording)
@@ -40,7 +39,7 @@ def test_stage_two_starts_from_stage_one_final_weights_with_its_own_settings(tmp
 
     (cfg1, start1), (cfg2, start2) = built
     first, second = summary["stages"]
-    final1 = load_checkpoint(Path(first["run_dir"]))["model"]  # stage 1's last checkpoint
+    final1 = weights(latest_checkpoint(Path(first["run_dir"])))  # stage 1's last checkpoint
     assert_same(start2, final1, atol=0)  # stage 2 begins exactly where stage 1 ended
     assert any(not torch.equal(start1[k], final1[k]) for k in final1)  # and stage 1 trained
     assert cfg2.model.name_or_path == first["final_model"]

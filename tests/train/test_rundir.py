@@ -9,8 +9,8 @@ import pytest
 from ascent.config import load_config
 from ascent.config.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
 from ascent.errors import AscentError
+from ascent.rundir import RunDir
 from ascent.train.checkpoint import save_checkpoint
-from ascent.train.rundir import RunDir
 
 
 @pytest.fixture

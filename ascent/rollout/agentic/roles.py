@@ -1,9 +1,10 @@
 """Who answers a role: the trained policy (batched, with behaviour log-probs) or an API model.
 
-`PolicySnapshot` holds the weights episodes are sampled with: a copy of the policy, so the
-trainer can update its own weights while episodes are generated. The trainer publishes each
-new version; the snapshot loads it between two generate calls, so every policy turn is
-sampled by one known version, and its log-probs are the behaviour log-probs of that turn.
+The policy's turns are sampled by a rollout engine with weights of its own (the trainer
+updates its own weights meanwhile): the trainer sends each new version with
+`engine.sync_weights`, the engine swaps it in between two generate calls, so every policy
+turn is sampled by one known version (its rows say which), and its log-probs are the
+behaviour log-probs of that turn.
 
 `PolicyBatcher` gathers the policy turns that episodes ask for at the same moment into one
 generate call, on a thread of its own so the event loop keeps serving the sandbox and API.
@@ -13,14 +14,11 @@ generate call, on a thread of its own so the event loop keeps serving the sandbo
 from __future__ import annotations
 
 import asyncio
-import copy
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.api import ApiClient, ApiError
@@ -40,47 +38,17 @@ class Generated:
     version: int  # policy version that sampled it
 
 
-class PolicySnapshot:
-    """A copy of the policy for sampling, refreshed from published versions."""
-
-    def __init__(self, policy: nn.Module, version: int) -> None:
-        self.model = copy.deepcopy(policy)
-        self.model.eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        self.version = version
-        self._pending: tuple[int, dict[str, torch.Tensor]] | None = None
-        self._lock = threading.Lock()
-
-    def publish(self, version: int, policy: nn.Module) -> None:
-        """Called by the trainer after an update: the next generate call samples with it."""
-        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        with self._lock:
-            self._pending = (version, state)
-
-    def refresh(self) -> int:
-        """Load the latest published weights, if any; return the version in use."""
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is not None:
-            self.model.load_state_dict(pending[1])
-            self.version = pending[0]
-        return self.version
-
-
 class PolicyBatcher:
     """Batches concurrent policy turns into generate calls on one worker thread."""
 
     def __init__(
         self,
-        snapshot: PolicySnapshot,
         engine: RolloutEngine,
         tokenizer: PreTrainedTokenizerBase,
         sampling: SamplingParams,
         generator: torch.Generator,
         max_batch: int,
     ) -> None:
-        self.snapshot = snapshot
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampling = sampling
@@ -118,7 +86,6 @@ class PolicyBatcher:
             await asyncio.sleep(0)
 
     def _generate(self, contexts: list[list[int]]) -> list[Generated]:
-        version = self.snapshot.refresh()
         self.calls += 1
         batch = self.engine.generate(
             contexts, list(range(len(contexts))), 1, self.sampling, self.generator
@@ -133,7 +100,7 @@ class PolicyBatcher:
                     logprobs=batch.logprobs[i, :n].tolist(),
                     finished=bool(batch.finished[i]),
                     text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                    version=version,
+                    version=int(batch.versions[i]),
                 )
             )
         return out

@@ -73,6 +73,7 @@ def build_rows(episodes: list[Episode], pad_id: int, device: torch.device) -> Ag
         logprobs=logprobs.to(device),
         group_ids=torch.as_tensor([episodes[e].uid for e, _ in threads], device=device),
         finished=torch.as_tensor([th.finished for _, th in threads], device=device),
+        versions=torch.as_tensor(versions, dtype=torch.long, device=device),
     )
     return AgenticRows(
         rollout, token_turn.to(device), [e for e, _ in threads], versions, turns, episodes

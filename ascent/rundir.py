@@ -1,10 +1,16 @@
-"""The run directory: `runs/<name>/` and the rule that nothing in it is lost by accident.
+"""The run directory: `runs/<name>/`, its layout, and writes that are never seen half done.
 
     config.toml      the resolved config the run used
     metrics.jsonl    one JSON object per logged step
     samples/         sample completions / episodes
-    checkpoints/     see ascent.train.checkpoint
+    checkpoints/     step-000100/ ... (complete checkpoints; see ascent.train.checkpoint for
+                     what is in one), best.json, .tmp-* saves in progress
+    final-model/     the trained policy as a save_pretrained directory (LLM runs)
     summary.json     written at the end of every run
+
+Everything here is plain file handling shared by the trainers (`ascent.train`) and what reads
+their output (`ascent.observe`, `ascent.api`): atomic text and directory replacement, checkpoint
+names and listing, and `RunDir`.
 
 An existing run directory is never overwritten unless the user says `--overwrite`; `--resume`
 continues it from its latest checkpoint. A run killed before its first checkpoint has nothing
@@ -14,6 +20,8 @@ dropped, so every step is logged once). A staged run resumes stage by stage (llm
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +29,88 @@ from typing import Any
 
 from ascent.config import AnyConfig, dump_config
 from ascent.errors import AscentError
-from ascent.train.checkpoint import (
-    FINAL_MODEL,
-    latest_checkpoint,
-    write_json_atomic,
-    write_text_atomic,
-)
+
+META_FILE = "meta.json"
+BEST_FILE = "best.json"
+PREFIX = "step-"
+FINAL_MODEL = "final-model"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that readers see the old or the new file, never half."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # debris of a killed write
+        stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Move the complete directory `tmp` to `final`, replacing what is there without a gap."""
+    _fsync_tree(tmp)
+    if final.exists():
+        old = final.parent / f".tmp-old-{final.name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{PREFIX}{step:06d}"
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = [
+        p
+        for p in ckpt_dir.iterdir()
+        if p.is_dir() and p.name.startswith(PREFIX) and (p / META_FILE).is_file()
+    ]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+
+
+def latest_checkpoint(run_or_ckpt_dir: Path) -> Path | None:
+    ckpt_dir = _ckpt_dir(Path(run_or_ckpt_dir))
+    found = list_checkpoints(ckpt_dir)
+    return found[-1] if found else None
+
+
+def best_checkpoint(run_or_ckpt_dir: Path) -> Path | None:
+    ckpt_dir = _ckpt_dir(Path(run_or_ckpt_dir))
+    best = read_best(ckpt_dir)
+    if best is None:
+        return None
+    path = ckpt_dir / checkpoint_name(int(best["step"]))
+    return path if (path / META_FILE).is_file() else None
+
+
+def _ckpt_dir(path: Path) -> Path:
+    return path / "checkpoints" if (path / "checkpoints").is_dir() else path
+
+
+def read_best(ckpt_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((ckpt_dir / BEST_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
 @dataclass(frozen=True)

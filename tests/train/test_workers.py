@@ -1,0 +1,63 @@
+"""The role workers keep to their interfaces: a LoRA run's reference is the actor with its
+adapters off (no second copy), and the actor's weight stream is the plain model's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ascent.models import build_tiny_model
+from ascent.models.forward import response_logprobs
+from ascent.train.llm_setup import build_run
+from ascent.train.llm_step import collect, make_train_batch, score
+from ascent.train.reference import AdapterReference
+from tests.train.test_llm_loop import config
+
+
+@pytest.fixture
+def lora_run(tmp_path):
+    pytest.importorskip("peft")
+    model, tok = build_tiny_model()
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    cfg = config(
+        tmp_path,
+        f'model.name_or_path="{tmp_path / "m"}"',
+        "model.lora={enabled=true, r=4, alpha=8}",
+        "algorithm.kl_coef=0.01",
+        "optim.lr=0.05",
+        # a random model gets every answer wrong: rewards that differ, so there is a gradient
+        'reward.functions=["tests.rewards.custom_rewards:length_reward"]',
+    )
+    run = build_run(cfg, torch.device("cpu"))
+    yield run, AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    run.reward.close()
+
+
+def test_a_lora_reference_is_the_base_model_under_the_adapters_not_a_copy(lora_run):
+    run, base = lora_run
+    assert isinstance(run.reference, AdapterReference)
+    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    run.actor.update(batch, step=1)  # the adapters move away from zero
+    rollout, _ = collect(run)
+    with torch.no_grad():
+        expected = response_logprobs(base, rollout, run.parts.temperature)[0]
+    mask = rollout.response_mask.bool()
+    reference = run.reference.logprobs(rollout)
+    assert torch.allclose(reference[mask], expected[mask], atol=1e-5)
+    assert not torch.allclose(run.actor.logprobs(rollout)[mask], expected[mask], atol=1e-3)
+
+
+def test_the_weight_stream_is_the_plain_model_with_the_adapters_merged(lora_run):
+    run, base = lora_run
+    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    run.actor.update(batch, step=1)
+    merged = dict(run.actor.weights())
+    assert set(merged) == {n for n, _ in base.named_parameters()}
+    base.load_state_dict(merged, strict=False)
+    rollout, _ = collect(run)
+    with torch.no_grad():
+        plain = response_logprobs(base, rollout, run.parts.temperature)[0]
+    mask = rollout.response_mask.bool()
+    assert torch.allclose(plain[mask], run.actor.logprobs(rollout)[mask], atol=1e-5)
