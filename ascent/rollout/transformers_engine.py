@@ -57,12 +57,15 @@ class TransformersEngine:
         eos_ids: Sequence[int],
         fast: bool = True,
         version: int = 0,
+        exact: bool = True,
     ) -> None:
         if (model is None) == (live is None):
             raise ValueError("pass the engine's own model, or live= (the trainer's module)")
         self.model = model
         self.live = live
-        self.exact_logprobs = live is not None  # the trainer's own weights and numerics
+        # The trainer's own weights; and its numerics when `exact` (float32 compute: in bf16
+        # the decoder's kernels round otherwise than the training forward's).
+        self.exact_logprobs = live is not None and exact
         self.pad_id = pad_id
         self.eos_ids = torch.as_tensor(sorted(set(eos_ids)), dtype=torch.long)
         self.fast = fast

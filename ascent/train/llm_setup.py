@@ -141,7 +141,10 @@ def make_engine(
     eos = eos_ids(actor.model, tokenizer)
     factory = ENGINES.get(cfg.rollout.engine)
     if not own_copy:
-        return factory(live=actor.live_module, pad_id=tokenizer.pad_token_id, eos_ids=eos)
+        exact = actor.compute_dtype == torch.float32
+        return factory(
+            live=actor.live_module, pad_id=tokenizer.pad_token_id, eos_ids=eos, exact=exact
+        )
     model = load_frozen(cfg.model.name_or_path, cfg.model, actor.dist.device, actor.compute_dtype)
     engine = factory(model, pad_id=tokenizer.pad_token_id, eos_ids=eos)
     engine.sync_weights(actor.weights(), 0)

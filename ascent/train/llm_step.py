@@ -25,6 +25,7 @@ reports:
     policy_version             the version the step's rollouts were sampled with
     tokens_per_s               response tokens per second of the whole step (all ranks)
     time/rollout, time/update  seconds spent in each stage
+    memory/peak_gib            on GPUs: the most memory any rank has allocated so far
 """
 
 from __future__ import annotations
@@ -225,4 +226,7 @@ def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     metrics.update(
         {"tokens_per_s": tokens / (t2 - t0), "time/rollout": t1 - t0, "time/update": t2 - t1}
     )
+    if run.device.type == "cuda":  # the most any rank's GPU has held so far
+        peak_mib = run.dist.all_max(torch.cuda.max_memory_allocated(run.device) >> 20)
+        metrics["memory/peak_gib"] = peak_mib / 1024
     return metrics, scored

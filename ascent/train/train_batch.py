@@ -50,6 +50,27 @@ class TrainBatch:
         }
         return TrainBatch(rollout=self.rollout.narrow(width), **cut)
 
+    def to_tensors(self) -> dict[str, Tensor]:
+        """Every tensor under a flat name (e.g. to save it with safetensors)."""
+        out = {f"rollout.{f.name}": getattr(self.rollout, f.name) for f in fields(self.rollout)}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                out[f.name] = value
+        return {k: v.contiguous() for k, v in out.items()}
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, Tensor]) -> TrainBatch:
+        """The batch `to_tensors` flattened (absent optional fields are None)."""
+        prefix = "rollout."
+        rollout = RolloutBatch(
+            **{k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        )
+        rest = {k: v for k, v in tensors.items() if not k.startswith(prefix)}
+        rest.setdefault("old_logp", None)
+        rest.setdefault("ref_logp", None)
+        return cls(rollout=rollout, **rest)
+
     def blank(self) -> TrainBatch:
         """Its first row with nothing to learn from (mask and advantages 0): a micro-batch a
         rank runs only so that its collectives meet the other ranks'."""

@@ -15,7 +15,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ascent.config import load_config
-from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_step import collect, make_train_batch, score
@@ -30,16 +29,11 @@ UPDATE = [*SHORT, "train.batch_size=16", "train.micro_batch_size=4", "optim.eps=
 
 
 def save_batch(batch: TrainBatch, path: Path) -> None:
-    tensors = {f"rollout.{k}": v for k, v in vars(batch.rollout).items()}
-    tensors |= {k: v for k, v in vars(batch).items() if isinstance(v, torch.Tensor)}
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+    save_file(batch.to_tensors(), str(path))
 
 
 def read_batch(path: Path) -> TrainBatch:
-    tensors = load_file(str(path))
-    rollout = RolloutBatch(**{k[8:]: v for k, v in tensors.items() if k.startswith("rollout.")})
-    rest = {k: v for k, v in tensors.items() if not k.startswith("rollout.")}
-    return TrainBatch(rollout=rollout, old_logp=None, ref_logp=None, **rest)
+    return TrainBatch.from_tensors(load_file(str(path)))
 
 
 def update_on_this_rank(overrides: list[str], batch_path: str, out_path: str) -> None:

@@ -1,0 +1,125 @@
+"""GPU check: the GRPO recipe on a ~0.5 B-parameter Qwen2-architecture model, bf16 compute,
+FSDP2 over every visible GPU, 20 steps.
+
+    .venv/bin/python benchmarks/gpu_check.py                  # on a CUDA machine
+    .venv/bin/python benchmarks/gpu_check.py --cpu --small    # the same script, tiny, on CPU
+
+The model is initialised at random from a Qwen2.5-0.5B-shaped config (hidden 896, 24 layers,
+14 heads, 2 key/value heads, vocab 151,936: 494 M parameters) and saved with ascent's
+character tokenizer: no hub is needed, and the tokens it samples are random but cost what
+real ones cost. The reward is the fraction of digits in a completion (it differs between
+completions, so no group is skipped and every update does full work). One rank per GPU
+(`ascent train --nproc N`); on one GPU it runs in this process.
+
+Last line: one JSON object with tokens_per_s (generated tokens per second, all GPUs),
+step_s (mean over the steps after the first 2), peak_memory_gib per GPU, world_size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def digit_fraction(prompts, completions, **columns):
+    """Reward: the share of digits in the completion (never equal across a whole group)."""
+    return [sum(c.isdigit() for c in text) / max(1, len(text)) for text in completions]
+
+
+def build_model(path: Path, small: bool) -> int:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from ascent.models.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    shape = (
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+             num_key_value_heads=1, vocab_size=151_936)
+        if small
+        else dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                  num_attention_heads=14, num_key_value_heads=2, vocab_size=151_936)
+    )  # fmt: skip
+    config = Qwen2Config(
+        **shape,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return sum(p.numel() for p in model.parameters())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU (a smoke test)")
+    parser.add_argument("--small", action="store_true", help="a tiny model of the same family")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    args = parser.parse_args()
+    gpus = 0 if args.cpu else torch.cuda.device_count()
+    if not args.cpu and gpus == 0:
+        print("no CUDA GPU visible: run this on a GPU machine, or pass --cpu --small")
+        sys.exit(2)
+    sys.path.insert(0, str(HERE))  # the reward below is named by import path
+    from ascent.cli import main as ascent
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        params = build_model(root / "model", args.small)
+        overrides = {
+            "model.name_or_path": f'"{root / "model"}"',
+            "model.dtype": '"float32"' if args.cpu else '"bfloat16"',
+            "run.device": '"cpu"' if args.cpu else '"cuda"',
+            "run.output_dir": f'"{root / "runs"}"',
+            "run.name": "gpu-check",
+            "reward.functions": '["gpu_check:digit_fraction"]',
+            "train.total_steps": str(args.steps),
+            "train.batch_size": "64",
+            "train.micro_batch_size": "8",
+            "train.eval_steps": "0",
+            "train.save_steps": "0",
+            "data.eval_size": str(max(8, gpus)),
+            "rollout.max_new_tokens": str(args.max_new_tokens),
+            "logging.progress": "false",
+        }
+        cli = ["train", *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
+        if gpus > 1:
+            cli += ["--nproc", str(gpus)]
+        try:
+            ascent(cli)
+        except SystemExit as exit_:
+            if exit_.code:
+                raise
+        rows = [json.loads(line) for line in (root / "runs/gpu-check/metrics.jsonl").open()]
+        summary = json.loads((root / "runs/gpu-check/summary.json").read_text())
+    timed = rows[2:] or rows
+    step_s = statistics.mean(r["time/rollout"] + r["time/update"] for r in timed)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if gpus == 1 else None
+    result = {
+        "parameters": params,
+        "world_size": summary["world_size"],
+        "tokens_per_s": round(statistics.mean(r["tokens_per_s"] for r in timed), 1),
+        "step_s": round(step_s, 3),
+        "peak_memory_gib": None if peak is None else round(peak, 2),
+        "peak_memory_gib_per_rank": summary.get("final_metrics", {}).get("memory/peak_gib"),
+        "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),
+        "steps": args.steps,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
