@@ -37,12 +37,18 @@ def logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: float = 1.
     return torch.stack([logprobs_from_logits(row.float(), ids, temperature) for row, ids in pairs])
 
 
+CHUNK_ELEMENTS = 1 << 24  # 64 MB of float32 logits
+
+
 def entropy_by_rows(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """(B, T) entropies of softmax(logits / temperature) computed one row at a time without
-    gradients: the metric, at the memory of one row's (T, V) softmax rather than the batch's
-    (at a 150k vocabulary the batch's costs gigabytes per long row)."""
+    """(B, T) entropies of softmax(logits / temperature) computed without gradients, a few
+    rows at a time: the metric, at the memory of at most CHUNK_ELEMENTS logits in float32
+    rather than the batch's (at a 150k vocabulary the batch's costs gigabytes per long row)."""
+    b, t, v = logits.shape
+    rows = max(1, CHUNK_ELEMENTS // max(1, t * v))
     with torch.no_grad():
-        return torch.stack([_entropy(row.float() / temperature) for row in logits.detach()])
+        parts = [_entropy(logits[i : i + rows].float() / temperature) for i in range(0, b, rows)]
+    return torch.cat(parts) if parts else logits.new_zeros((0, t), dtype=torch.float32)
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
