@@ -142,6 +142,13 @@ class AlgorithmSection(Section):
         gt=0.0,
         description="Cap on truncated importance weights for off-policy data; unset: off.",
     )
+    engine_is_cap: float = Field(
+        2.0,
+        ge=0.0,
+        description="When the rollout engine's log-probs are not the trainer's (vLLM; the "
+        "transformers engine under bf16 compute), weight each token by min(pi_trainer / "
+        "pi_engine, engine_is_cap), old log-probs recomputed by the trainer; 0: off.",
+    )
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount factor.")
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda for policy advantages.")
     lam_critic: float | None = Field(

@@ -250,7 +250,20 @@ def ratio_can_move(cfg: LLMConfig) -> bool:
 
 
 def inert_settings(cfg: LLMConfig) -> list[str]:
-    """Warnings for ratio-dependent settings that cannot act in this config."""
+    """Warnings for settings that cannot act in this config."""
+    warnings = []
+    exact_engine = cfg.rollout.engine == "transformers" and cfg.model.dtype == "float32"
+    if exact_engine and cfg.algorithm.explicitly_set("engine_is_cap"):
+        warnings.append(
+            "[algorithm] engine_is_cap: the transformers engine in float32 samples with the "
+            "trainer's own weights and numerics, so there is no engine mismatch to correct; "
+            "remove the key"
+        )
+    return warnings + _inert_clips(cfg)
+
+
+def _inert_clips(cfg: LLMConfig) -> list[str]:
+    """Warnings for clip ranges that cannot bind with one optimiser step per batch."""
     alg, t = cfg.algorithm, cfg.train
     if ratio_can_move(cfg):
         return []

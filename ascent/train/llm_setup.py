@@ -49,7 +49,7 @@ from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist
-from ascent.train.parts import AlgorithmParts, algorithm_parts
+from ascent.train.parts import AlgorithmParts, algorithm_parts, with_engine_correction
 from ascent.train.reference import AdapterReference, ModelReference, Reference
 from ascent.train.sharding import shard_model
 
@@ -234,13 +234,16 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
             s.replay_buffer_size, s.replay_max_staleness, cfg.run.seed, tokenizer.pad_token_id
         )
     chat = uses_chat_template(cfg.data.chat_template, tokenizer)
+    engine = make_engine(cfg, actor, tokenizer)
+    if not engine.exact_logprobs:
+        parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)
     return LLMRun(
         cfg=cfg,
         dist=dist,
         actor=actor,
         reference=_reference(cfg, actor, parts, dist),
         tokenizer=tokenizer,
-        engine=make_engine(cfg, actor, tokenizer),
+        engine=engine,
         reward=build_reward(cfg.reward, cfg.sandbox),
         task=task,
         sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),

@@ -23,6 +23,9 @@ reports:
     value_loss, explained_variance, values/mean, returns/mean   with a critic
     overlong/penalty, overlong/masked                           with overlong handling
     policy_version             the version the step's rollouts were sampled with
+    engine/logprob_gap, engine/kl   with an engine whose numerics are not the trainer's: the
+                               mean |log pi_trainer - log pi_engine| and k3 KL on the sampled
+                               tokens; is_clip_frac is then the share of tokens capped
     tokens_per_s               response tokens per second of the whole step (all ranks)
     time/rollout, time/update  seconds spent in each stage
     memory/peak_gib            on GPUs: the most memory any rank has allocated so far
@@ -43,6 +46,7 @@ from ascent.algos import (
     masked_whiten,
     soft_overlong_penalty,
 )
+from ascent.algos.kl import k3
 from ascent.train.critic import value_metrics
 from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import (  # noqa: F401  (the step's vocabulary, re-exported)
@@ -78,6 +82,16 @@ def whiten(advantages: Tensor, mask: Tensor, dist: Dist) -> Tensor:
     var = max(squares / max(count, 1.0) - mean**2, 0.0)
     whitened = (advantages - mean) * (var + 1e-8) ** -0.5
     return torch.where(m, whitened, torch.zeros_like(whitened))
+
+
+def engine_gap(trainer: Tensor, engine: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the engine's sampling log-probs are from the trainer's for the same tokens."""
+    diff = (trainer - engine).abs()
+    return {
+        "engine/logprob_gap": float(masked_mean(diff, mask)),
+        "engine/logprob_gap_max": float(diff[mask.bool()].max()) if bool(mask.any()) else 0.0,
+        "engine/kl": float(masked_mean(k3(engine, trainer), mask)),
+    }
 
 
 def _total_rewards(run: LLMRun, scored: Scored, metrics: dict[str, float]) -> Tensor:
@@ -126,14 +140,18 @@ def make_train_batch(run: LLMRun, scored: Scored) -> tuple[TrainBatch, dict[str,
     rewards = outcome_rewards(_total_rewards(run, scored, metrics), mask)
     several = updates_per_step(run.cfg) > 1
     needs_old = several or (parts.kl is not None and not parts.kl_in_loss)
-    old_logp = _sampling_logprobs(run, scored) if needs_old else None
+    if parts.engine_correction:  # the trainer's own numbers anchor the clip
+        old_logp = run.actor.logprobs(rollout)
+        metrics.update(engine_gap(old_logp, rollout.logprobs, mask))
+    else:
+        old_logp = _sampling_logprobs(run, scored) if needs_old else None
     ref_logp = None if run.reference is None else run.reference.logprobs(rollout)
     if ref_logp is not None and not parts.kl_in_loss:
         kl = parts.kl(old_logp, ref_logp)
         rewards = kl_penalty_rewards(rewards, kl, parts.kl_coef, mask)
         metrics["kl"] = float(masked_mean(kl, mask))
         ref_logp = None
-    if not several:
+    if not several and not parts.engine_correction:
         old_logp = None  # one update: the policy being updated is the sampling policy
     values = None if run.critic is None else run.critic.values(rollout)
     result = parts.advantage(
@@ -154,7 +172,10 @@ def make_train_batch(run: LLMRun, scored: Scored) -> tuple[TrainBatch, dict[str,
         ref_logp,
         # With positive replay every row carries the log-probs it was sampled with (a fresh
         # row's are the current policy's, weight 1); is_cap truncates the replayed rows'.
-        behaviour_logp=rollout.logprobs if run.replay is not None else None,
+        # With an engine whose numerics differ, the engine's are the behaviour policy's.
+        behaviour_logp=rollout.logprobs
+        if run.replay is not None or parts.engine_correction
+        else None,
         returns=None if values is None else result.returns,
         old_values=values,
         positive=torch.tensor(scored.correct, device=mask.device) if parts.nll_coef else None,

@@ -5,6 +5,7 @@ The loop only calls what it is given, so no caller ever branches on a recipe's n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +51,9 @@ class AlgorithmParts:
     needs_values: bool  # the estimator reads critic values (GAE): the run has a critic
     normalize_advantages: bool  # whiten advantages over the batch's policy tokens
     nll_coef: float  # weight of the NLL of correct completions (VAPO); 0: off
+    # The engine's log-probs are not the trainer's: old log-probs are recomputed by the actor
+    # and tokens weighted by min(pi_old / pi_engine, is_cap) (`with_engine_correction`).
+    engine_correction: bool = False
 
 
 def vanishes_at_zero_advantage(policy_loss: PolicyLoss, params: PolicyLossParams) -> bool:
@@ -104,3 +108,15 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
         skip_zero_advantage=not extra_terms
         and vanishes_at_zero_advantage(policy_loss, loss_params),
     )
+
+
+def with_engine_correction(parts: AlgorithmParts, cap: float) -> AlgorithmParts:
+    """The parts of a run whose engine samples with other numerics than the trainer's
+    (vLLM, bf16 kernels): its tokens are weighted by min(pi_trainer / pi_engine, cap), with
+    the trainer's log-probs anchoring the clip (the decoupled loss of off-policy rows). A cap
+    already set (is_cap, for replayed or stale rows) is kept: one truncation serves both."""
+    if cap <= 0:
+        return parts
+    is_cap = parts.loss_params.is_cap if parts.loss_params.is_cap is not None else cap
+    params = dataclasses.replace(parts.loss_params, is_cap=is_cap)
+    return dataclasses.replace(parts, loss_params=params, engine_correction=True)
