@@ -52,3 +52,8 @@ class LoggingSection(Section):
         10, ge=0, description="Save sample completions every N steps (0: never)."
     )
     num_samples: int = Field(4, ge=1, description="How many completions each sample dump holds.")
+    reflection_words: list[str] = Field(
+        default_factory=lambda: ["wait", "recheck", "alternatively", "let me verify", "hmm"],
+        description="Words and phrases whose rate in completions is the reflection/rate metric "
+        "(case-insensitive, whole words; SRPO's list by default).",
+    )

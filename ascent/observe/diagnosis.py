@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 Row = Mapping[str, Any]
@@ -42,7 +43,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def nan_loss(rows: Sequence[Row]) -> Finding | None:
-    for row in rows:
+    for row in reversed(rows):  # the latest occurrence
         if "loss" in row and (row["loss"] is None or not math.isfinite(float(row["loss"]))):
             return Finding(
                 "nan_loss",
@@ -56,7 +57,7 @@ def nan_loss(rows: Sequence[Row]) -> Finding | None:
 
 def kl_high(rows: Sequence[Row], limit: float = 1.0, window: int = 5) -> Finding | None:
     kl = _series(rows, "kl")
-    for i in range(window, len(kl) + 1):
+    for i in range(len(kl), window - 1, -1):  # the latest such window
         recent = [v for _, v in kl[i - window : i]]
         if min(recent) > limit:
             return Finding(
@@ -159,6 +160,65 @@ def reward_hacking(rows: Sequence[Row], window: int = 20, flat: float = 1e-3) ->
     return None
 
 
+def entropy_collapse(
+    rows: Sequence[Row], window: int = 10, floor: float = 0.05, ratio: float = 0.1
+) -> Finding | None:
+    """LLM runs: the next-token entropy fell to almost nothing while reward has not peaked."""
+    entropy = _series(rows, "entropy")
+    if len(entropy) < 2 * window:
+        return None
+    early = _mean([v for _, v in entropy[:window]])
+    late = _mean([v for _, v in entropy[-window:]])
+    if late < floor and late < ratio * early:
+        return Finding(
+            "entropy_collapse",
+            entropy[-1][0],
+            f"next-token entropy collapsed from {early:.3f} to {late:.3f} nats: the policy "
+            "has become nearly deterministic and stops exploring",
+            "raise rollout.temperature, use clip-higher (algorithm.clip_high = 0.28 with "
+            "several mini-batches), or add algorithm.entropy_coef; lower optim.lr",
+        )
+    return None
+
+
+def classic_entropy_low(
+    rows: Sequence[Row], window: int = 5, floor: float = 0.01
+) -> Finding | None:
+    """Classic PPO (the actor-critic write-up): policy entropy below 0.01."""
+    entropy = _series(rows, "policy/entropy")
+    if len(entropy) < window:
+        return None
+    recent = [v for _, v in entropy[-window:]]
+    if max(recent) < floor:
+        return Finding(
+            "entropy_low",
+            entropy[-1][0],
+            f"policy entropy has stayed below {floor} for {window} updates: the agent no "
+            "longer explores and may be stuck in a poor policy",
+            "raise train.entropy_coef (e.g. 0.01 -> 0.02) or lower optim.lr_actor",
+        )
+    return None
+
+
+def loss_oscillating(rows: Sequence[Row], window: int = 12, flips: float = 0.75) -> Finding | None:
+    """Classic PPO: the policy loss swings sign update after update with a large amplitude."""
+    loss = [v for _, v in _series(rows, "loss/policy")[-window:]]
+    if len(loss) < window:
+        return None
+    changes = sum((a > 0) != (b > 0) for a, b in pairwise(loss))
+    spread = max(loss) - min(loss)
+    scale = _mean([abs(v) for v in loss])
+    if changes >= flips * (window - 1) and scale > 0 and spread >= 1.5 * scale:
+        return Finding(
+            "loss_oscillating",
+            int(_series(rows, "loss/policy")[-1][0]),
+            f"the policy loss changed sign {changes} times in {window} updates (spread "
+            f"{spread:.3g}): the updates overshoot",
+            "lower optim.lr_actor or train.clip_range, or raise train.batch_size",
+        )
+    return None
+
+
 RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
     nan_loss,
     kl_high,
@@ -167,6 +227,9 @@ RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
     reward_at_floor,
     length_collapse,
     reward_hacking,
+    entropy_collapse,
+    classic_entropy_low,
+    loss_oscillating,
 )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ascent.errors import AscentError
 from ascent.observe.diagnosis import Finding, diagnose
+from ascent.observe.live import read_events
 
 SPARK = "▁▂▃▄▅▆▇█"
 HEADLINE = (
@@ -111,6 +112,13 @@ def print_report(run_dir: Path) -> None:
     for key in sorted(summary):
         if key != "paths" and not isinstance(summary[key], (dict, list)):
             console.print(f"{key}: {summary[key]}", highlight=False)
+    events = read_events(run_dir)
+    if events:
+        console.print("[bold yellow]during training[/]")
+        for event in events:
+            what = event.get("message", "") + (f" -> {event['fix']}" if "fix" in event else "")
+            line = f"  step {event.get('step')}: {event.get('pattern')} {event.get('event')}"
+            console.print(f"{line}{': ' + what if what else ''}", highlight=False)
     if not findings:
         console.print("diagnosis: no known failure pattern in the metrics")
         return

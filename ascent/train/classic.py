@@ -69,6 +69,7 @@ from ascent.algos import (
 )
 from ascent.config.classic import ClassicConfig, ClassicOptimSection, ClassicTrainSection
 from ascent.models.actor_critic import ActorCritic
+from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
 from ascent.rundir import RunDir
@@ -128,6 +129,7 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
         start=runner.env_steps,
     )
     update = done  # stays so when resuming a run that already finished
+    live = LiveDiagnosis(run_dir.path, progress.print, resume_step=done if resumed else None)
     with logger, progress:
         for update in range(done + 1, cfg.num_updates + 1):
             started = (time.perf_counter(), runner.env_steps)
@@ -150,6 +152,7 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
             }
             logger.log(update, metrics)
             progress.update(runner.env_steps, metrics)
+            live.observe(update, metrics)
             stop = cfg.train.stop_when_solved and runner.stats.solved_at_step is not None
             every = cfg.train.save_every
             if stop or update == cfg.num_updates or (every and update % every == 0):

@@ -7,6 +7,7 @@ reward function judges correctness (a custom reward); the mean reward is always 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.data import Problem, PromptFormatter, reward_columns
+from ascent.observe.text_metrics import text_metrics
 from ascent.rewards import CompositeReward
 from ascent.rollout import RolloutEngine, SamplingParams
 from ascent.train.llm_setup import LLMRun
@@ -26,9 +28,10 @@ class EvalResult:
     accuracy: float | None  # fraction of problems solved, in [0, 1]
     reward: float  # mean total reward over the problems some reward function applies to
     samples: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    text: dict[str, float] = field(default_factory=dict)  # reflection / code-block rates
 
     def metrics(self) -> dict[str, float]:
-        out = {"eval/reward": self.reward}
+        out = {"eval/reward": self.reward, **{f"eval/{k}": v for k, v in self.text.items()}}
         if self.accuracy is not None:
             out["eval/accuracy"] = self.accuracy
         return out
@@ -80,12 +83,16 @@ def evaluate(
     return summarize(samples)
 
 
-def summarize(samples: list[dict[str, Any]]) -> EvalResult:
-    """Accuracy over the judged samples, mean reward over the scored ones."""
+def summarize(
+    samples: list[dict[str, Any]], reflection: re.Pattern[str] | None = None
+) -> EvalResult:
+    """Accuracy over the judged samples, mean reward over the scored ones, text rates."""
     judged = [s["correct"] for s in samples if s["correct"] is not None]
     accuracy = sum(judged) / len(judged) if judged else None
     scored = [s["reward"] for s in samples if s["reward"] is not None]
-    return EvalResult(accuracy, sum(scored) / len(scored) if scored else float("nan"), samples)
+    text = text_metrics([s["completion"] for s in samples], reflection)
+    mean = sum(scored) / len(scored) if scored else float("nan")
+    return EvalResult(accuracy, mean, samples, text)
 
 
 def eval_policy(run: LLMRun) -> EvalResult:
@@ -104,7 +111,7 @@ def eval_policy(run: LLMRun) -> EvalResult:
         filler=problems[0],
     )
     if not dist.distributed:
-        return result
+        return summarize(result.samples, run.reflection)
     parts = dist.gather(result.samples)
     samples = [parts[i % dist.world_size][i // dist.world_size] for i in range(len(problems))]
-    return summarize(samples)
+    return summarize(samples, run.reflection)

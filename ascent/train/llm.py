@@ -40,6 +40,7 @@ from ascent.api import UsageLedger
 from ascent.api.assistant import LogAssistant
 from ascent.config.llm import LLMConfig
 from ascent.data import ResampleReport
+from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
 from ascent.rundir import RunDir
@@ -141,6 +142,7 @@ def _loop(
     clock: _Clock,
     agentic: AgenticTrainer | None = None,
     assistant: LogAssistant | None = None,
+    live: LiveDiagnosis | None = None,
 ) -> int:
     """Train until total_steps or a stop request; return the step last checkpointed."""
     t, every, main = run.cfg.train, run.cfg.logging, run.dist.main
@@ -156,6 +158,8 @@ def _loop(
             metrics.update(_evaluate(run, run_dir, progress, f"step-{progress.step:06d}").metrics())
         log.log(progress.step, metrics)
         bar.update(progress.step, metrics)
+        if live is not None:
+            live.observe(progress.step, metrics)
         if assistant is not None:
             assistant.observe(progress.step, metrics)
         if main and every.sample_every and progress.step % every.sample_every == 0:
@@ -212,7 +216,13 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
             if not progress.before:
                 progress.before = _evaluate(run, run_dir, progress, "before").metrics()
             bar.print(_accuracy_line("before", progress.before, n_eval, {}))
-            saved = _loop(run, run_dir, progress, log, bar, stop, clock, agentic_trainer, assistant)
+            live = None
+            if dist.main:
+                resume_step = progress.step if resuming else None
+                live = LiveDiagnosis(run_dir.path, bar.print, resume_step=resume_step)
+            saved = _loop(
+                run, run_dir, progress, log, bar, stop, clock, agentic_trainer, assistant, live
+            )
             if stop["stop"] and saved != progress.step:
                 clock.tick()
                 save_run(run, run_dir, progress)

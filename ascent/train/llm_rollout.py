@@ -13,12 +13,14 @@ completions/mean_length, ...), so a TRL user reads them as before:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from ascent.data import DrawnPrompt, Problem, reward_columns
+from ascent.observe.text_metrics import text_metrics
 from ascent.rewards import RewardOutput
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
@@ -137,10 +139,14 @@ def trainable(scored: Scored, needs_groups: bool) -> Scored:
     return scored if len(rows) == len(scored.completions) else scored.subset(rows)
 
 
-def reward_metrics(scored: Scored, dist: Dist | None = None) -> dict[str, float]:
-    """Reward and length statistics of the whole batch, over every rank's rows when `dist`
-    spans several (rows without a reward excluded)."""
+def reward_metrics(
+    scored: Scored, dist: Dist | None = None, reflection: re.Pattern[str] | None = None
+) -> dict[str, float]:
+    """Reward, length and text statistics of the whole batch, over every rank's rows when
+    `dist` spans several (rows without a reward excluded from the reward ones)."""
+    text = text_metrics(scored.completions, reflection)
     view = {
+        "text": {k: v * len(scored.completions) for k, v in text.items()},
         "lengths": scored.rollout.response_lengths.tolist(),
         "clipped": (~scored.rollout.finished).tolist(),
         "groups": group_rewards(scored),
@@ -150,6 +156,7 @@ def reward_metrics(scored: Scored, dist: Dist | None = None) -> dict[str, float]
     if dist is not None and dist.distributed:
         views = dist.gather(view)
         view = {
+            "text": {k: sum(v["text"].get(k, 0.0) for v in views) for k in view["text"]},
             "lengths": [x for v in views for x in v["lengths"]],
             "clipped": [x for v in views for x in v["clipped"]],
             "groups": {g: r for v in views for g, r in v["groups"].items()},
@@ -166,6 +173,7 @@ def reward_metrics(scored: Scored, dist: Dist | None = None) -> dict[str, float]
         "completions/max_length": float(lengths.max()),
         "completions/clipped_ratio": sum(view["clipped"]) / len(lengths),
         "frac_unscored": sum(t is None for t in view["totals"]) / len(lengths),
+        **{k: total / len(lengths) for k, total in view["text"].items()},
     }
     groups = view["groups"]
     if groups:

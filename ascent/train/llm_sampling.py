@@ -126,7 +126,7 @@ def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float], Scored]:
             "dynamic/kept_groups": float(min(kept, n)),
         }
     everything = Scored.concat(generated, run.tokenizer.pad_token_id)
-    metrics = {**reward_metrics(everything, run.dist), **metrics}
+    metrics = {**reward_metrics(everything, run.dist, run.reflection), **metrics}
     for report in reports:
         metrics.update(report.metrics())
     return batch, metrics, everything

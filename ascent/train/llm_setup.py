@@ -18,6 +18,7 @@ reference are sharded with FSDP2 (sharding.py) and each rank rolls out its share
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from ascent.models import (
     resolve_dtype,
     value_head,
 )
+from ascent.observe.text_metrics import reflection_pattern
 from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
@@ -78,6 +80,7 @@ class LLMRun:
     history: RewardHistory | None = None  # [sampling] history_resampling only
     replay: PositiveReplay | None = None  # [sampling] replay_ratio > 0 only
     version: int = 0  # optimiser updates of the policy so far (the engine samples with it)
+    reflection: re.Pattern[str] | None = None  # [logging] reflection_words, for the metrics
 
     @property
     def device(self) -> torch.device:
@@ -254,4 +257,5 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
         critic=_critic(cfg, actor, parts, dist),
         history=RewardHistory() if s.history_resampling else None,
         replay=replay,
+        reflection=reflection_pattern(cfg.logging.reflection_words),
     )

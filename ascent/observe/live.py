@@ -1,0 +1,96 @@
+"""Diagnosis while training: the failure rules of `diagnosis.py` on a sliding window of the
+latest metrics, after every logged step.
+
+A pattern is active while its rule finds it within the last RECENT steps. When one becomes
+active, one warning line with the fix is printed (once: not again until the pattern has
+cleared) and an event is appended to `RUN/events.jsonl`:
+
+    {"step": 412, "pattern": "kl_high", "event": "fired", "message": "...", "fix": "..."}
+    {"step": 530, "pattern": "kl_high", "event": "cleared"}
+
+`ascent report` lists them and the HTML report marks them on the curves. On resume, events
+after the checkpoint's step are dropped, as metrics.jsonl's lines are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ascent.observe.diagnosis import diagnose
+from ascent.rundir import write_text_atomic
+
+EVENTS_FILE = "events.jsonl"
+WINDOW = 200  # metric rows the rules see: long enough for every rule's own window
+RECENT = 10  # a finding established longer ago than this many steps is over
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / EVENTS_FILE
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+    return events
+
+
+class LiveDiagnosis:
+    def __init__(
+        self,
+        run_dir: Path,
+        echo: Callable[[str], None],
+        *,
+        resume_step: int | None = None,
+        window: int = WINDOW,
+    ) -> None:
+        self.path = Path(run_dir) / EVENTS_FILE
+        self.echo = echo
+        self.rows: deque[dict[str, Any]] = deque(maxlen=window)
+        self.active: set[str] = set()
+        if resume_step is not None:
+            self._reload(Path(run_dir), resume_step)
+
+    def _reload(self, run_dir: Path, resume_step: int) -> None:
+        """The rows and the active patterns as they were at the checkpoint."""
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.is_file():
+            for line in metrics.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if int(row.get("step", 0)) <= resume_step:
+                    self.rows.append(row)
+        if self.path.is_file():
+            kept = [e for e in read_events(run_dir) if int(e.get("step", 0)) <= resume_step]
+            write_text_atomic(self.path, "".join(json.dumps(e) + "\n" for e in kept))
+            for event in kept:  # what was active at the checkpoint stays quiet
+                if event.get("event") == "fired":
+                    self.active.add(event["pattern"])
+                elif event.get("event") == "cleared":
+                    self.active.discard(event["pattern"])
+
+    def observe(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self.rows.append({"step": step, **metrics})
+        findings = {f.code: f for f in diagnose(list(self.rows)) if f.step > step - RECENT}
+        for code, finding in findings.items():
+            if code not in self.active:
+                self.echo(f"warning: {finding}")
+                self._write(
+                    {"step": step, "pattern": code, "event": "fired",
+                     "message": finding.message, "fix": finding.fix}
+                )  # fmt: skip
+        for code in self.active - findings.keys():
+            self._write({"step": step, "pattern": code, "event": "cleared"})
+        self.active = set(findings)
+
+    def _write(self, event: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(event) + "\n")
