@@ -11,13 +11,16 @@ real ones cost. The reward is the fraction of digits in a completion (it differs
 completions, so no group is skipped and every update does full work). One rank per GPU
 (`ascent train --nproc N`); on one GPU it runs in this process.
 
-Last line: one JSON object with tokens_per_s (generated tokens per second, all GPUs),
-step_s (mean over the steps after the first 2), peak_memory_gib per GPU, world_size.
+It runs once with the transformers engine and, when the vllm extra is installed, once with
+vLLM (colocated, sleep mode on). Last line: one JSON object with, per engine, tokens_per_s
+(generated tokens per second, all GPUs) and per GPU, step_s (mean over the steps after the
+first 2), peak_memory_gib_per_gpu and the trainer-engine log-prob gap.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -62,6 +65,49 @@ def build_model(path: Path, small: bool) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def run_recipe(root: Path, engine: str, args: argparse.Namespace, gpus: int) -> dict:
+    """20 GRPO steps with `engine`; tokens/s, step time and peak memory per GPU."""
+    from ascent.cli import main as ascent
+
+    name = f"gpu-check-{engine}"
+    overrides = {
+        "model.name_or_path": f'"{root / "model"}"',
+        "model.dtype": '"float32"' if args.cpu else '"bfloat16"',
+        "run.device": '"cpu"' if args.cpu else '"cuda"',
+        "run.output_dir": f'"{root / "runs"}"',
+        "run.name": name,
+        "rollout.engine": f'"{engine}"',
+        "reward.functions": '["gpu_check:digit_fraction"]',
+        "train.total_steps": str(args.steps),
+        "train.batch_size": "64",
+        "train.micro_batch_size": "8",
+        "train.eval_steps": "0",
+        "train.save_steps": "0",
+        "data.eval_size": str(max(8, gpus)),
+        "rollout.max_new_tokens": str(args.max_new_tokens),
+        "logging.progress": "false",
+    }
+    cli = ["train", *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
+    if gpus > 1:
+        cli += ["--nproc", str(gpus)]
+    try:
+        ascent(cli)
+    except SystemExit as exit_:
+        if exit_.code:
+            raise
+    rows = [json.loads(line) for line in (root / "runs" / name / "metrics.jsonl").open()]
+    timed = rows[2:] or rows
+    return {
+        "tokens_per_s": round(statistics.mean(r["tokens_per_s"] for r in timed), 1),
+        "tokens_per_s_per_gpu": round(
+            statistics.mean(r["tokens_per_s"] for r in timed) / max(1, gpus), 1
+        ),
+        "step_s": round(statistics.mean(r["time/rollout"] + r["time/update"] for r in timed), 3),
+        "peak_memory_gib_per_gpu": timed[-1].get("memory/peak_gib"),
+        "engine_logprob_gap": timed[-1].get("engine/logprob_gap"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
@@ -74,48 +120,17 @@ def main() -> None:
         print("no CUDA GPU visible: run this on a GPU machine, or pass --cpu --small")
         sys.exit(2)
     sys.path.insert(0, str(HERE))  # the reward below is named by import path
-    from ascent.cli import main as ascent
-
+    engines = ["transformers"] + (["vllm"] if importlib.util.find_spec("vllm") else [])
+    result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         params = build_model(root / "model", args.small)
-        overrides = {
-            "model.name_or_path": f'"{root / "model"}"',
-            "model.dtype": '"float32"' if args.cpu else '"bfloat16"',
-            "run.device": '"cpu"' if args.cpu else '"cuda"',
-            "run.output_dir": f'"{root / "runs"}"',
-            "run.name": "gpu-check",
-            "reward.functions": '["gpu_check:digit_fraction"]',
-            "train.total_steps": str(args.steps),
-            "train.batch_size": "64",
-            "train.micro_batch_size": "8",
-            "train.eval_steps": "0",
-            "train.save_steps": "0",
-            "data.eval_size": str(max(8, gpus)),
-            "rollout.max_new_tokens": str(args.max_new_tokens),
-            "logging.progress": "false",
-        }
-        cli = ["train", *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
-        if gpus > 1:
-            cli += ["--nproc", str(gpus)]
-        try:
-            ascent(cli)
-        except SystemExit as exit_:
-            if exit_.code:
-                raise
-        rows = [json.loads(line) for line in (root / "runs/gpu-check/metrics.jsonl").open()]
-        summary = json.loads((root / "runs/gpu-check/summary.json").read_text())
-    timed = rows[2:] or rows
-    step_s = statistics.mean(r["time/rollout"] + r["time/update"] for r in timed)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if gpus == 1 else None
-    result = {
+        for engine in engines:
+            result[engine] = run_recipe(root, engine, args, gpus)
+    result |= {
         "parameters": params,
-        "world_size": summary["world_size"],
-        "tokens_per_s": round(statistics.mean(r["tokens_per_s"] for r in timed), 1),
-        "step_s": round(step_s, 3),
-        "peak_memory_gib": None if peak is None else round(peak, 2),
-        "peak_memory_gib_per_rank": summary.get("final_metrics", {}).get("memory/peak_gib"),
         "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),
+        "gpus": gpus,
         "steps": args.steps,
     }
     print(json.dumps(result))

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from ascent.errors import did_you_mean
 
 TASKS = ("arithmetic", "countdown")  # ascent.data.tasks.TASKS
-ENGINES = ("transformers",)  # ascent.rollout.ENGINES
+ENGINES = ("transformers", "vllm")  # ascent.rollout.ENGINES
 AGENTIC_FORMATS = ("arithmetic", "code")  # ascent.rollout.agentic.formats.FORMATS
 
 

@@ -12,11 +12,15 @@ carries the version that sampled it (`RolloutBatch.versions`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from ascent.config.llm import LLMConfig
 from ascent.registry import Registry
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.sampling import SamplingParams
@@ -46,4 +50,20 @@ class RolloutEngine(Protocol):
         ...
 
 
-ENGINES: Registry[Callable[..., RolloutEngine]] = Registry("rollout engine")
+@dataclass(frozen=True)
+class EngineContext:
+    """What an engine builder gets from the run (`[rollout] engine` names the builder)."""
+
+    cfg: LLMConfig
+    # The trainer's module with full weights, entered for decoding in place (the fast path
+    # of an engine that shares the trainer's process and device).
+    live: Callable[[], AbstractContextManager[nn.Module]]
+    compute_dtype: torch.dtype
+    device: torch.device
+    pad_id: int
+    eos_ids: list[int]
+    own_copy: bool  # sampling must go on while the trainer changes its weights
+    work_dir: Path  # where an engine may keep files (the run directory)
+
+
+ENGINES: Registry[Callable[[EngineContext], RolloutEngine]] = Registry("rollout engine")

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.decoders import CacheDecoder, StaticLlamaDecoder
-from ascent.rollout.engine import ENGINES
+from ascent.rollout.engine import ENGINES, EngineContext
 from ascent.rollout.sampling import SamplingParams, sample_next
 
 
@@ -46,7 +46,6 @@ def left_pad(
     return ids.to(device), mask.to(device)
 
 
-@ENGINES.register("transformers")
 class TransformersEngine:
     def __init__(
         self,
@@ -87,8 +86,10 @@ class TransformersEngine:
         if staged is None:
             return
         version, tensors = staged
-        own = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
-        missing = [name for name in own if name not in tensors and "inv_freq" not in name]
+        own = dict(self.model.named_parameters(remove_duplicate=False))
+        own |= dict(self.model.named_buffers())
+        needed = [n for n, _ in self.model.named_parameters()]  # a tied weight once
+        missing = [name for name in needed if name not in tensors]
         unknown = [name for name in tensors if name not in own]
         if unknown or missing:
             raise ValueError(
@@ -175,3 +176,19 @@ class TransformersEngine:
                 break
             logits = decoder.step(token)
         return torch.stack(tokens, 1), torch.stack(logprobs, 1), torch.stack(finished, 1)
+
+
+@ENGINES.register("transformers")
+def build_transformers(ctx: EngineContext) -> TransformersEngine:
+    """Decoding the trainer's module in place, or a copy of its own (loaded in the compute
+    dtype; the trainer syncs it before the first generate)."""
+    if not ctx.own_copy:
+        exact = ctx.compute_dtype == torch.float32
+        return TransformersEngine(
+            live=ctx.live, pad_id=ctx.pad_id, eos_ids=ctx.eos_ids, exact=exact
+        )
+    from ascent.models import load_frozen
+
+    model_cfg = ctx.cfg.model
+    model = load_frozen(model_cfg.name_or_path, model_cfg, ctx.device, ctx.compute_dtype)
+    return TransformersEngine(model, pad_id=ctx.pad_id, eos_ids=ctx.eos_ids)

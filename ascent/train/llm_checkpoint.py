@@ -148,7 +148,10 @@ def export_final(run: LLMRun, run_dir: RunDir) -> Path:
         if run.dist.main
         else None
     )
-    params = dict(model.named_parameters()) | dict(model.named_buffers()) if model else {}
+    params = {}
+    if model is not None:
+        params = dict(model.named_parameters(remove_duplicate=False))
+        params |= dict(model.named_buffers())
     with torch.no_grad():
         for name, tensor in run.actor.weights():
             if model is not None and name in params:

@@ -80,11 +80,12 @@ def live_module(
 
 def full_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """(name, tensor) of the plain causal LM `model` is (or wraps), one parameter at a time:
-    LoRA adapters merged into their base weights (never in place), FSDP shards gathered.
-    Every rank must iterate the whole stream when the model is sharded."""
+    LoRA adapters merged into their base weights (never in place), FSDP shards gathered, tied
+    weights under each of their names (an engine may keep its own copy of each, as vLLM's
+    CPU build does of lm_head). Every rank must iterate the whole stream when sharded."""
     core = base_model(model)
     lora = _lora_deltas(core)
-    for name, param in core.named_parameters(remove_duplicate=True):
+    for name, param in core.named_parameters(remove_duplicate=False):
         if _is_adapter(name):
             continue
         plain = name.replace(".base_layer.", ".")
@@ -92,9 +93,8 @@ def full_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
         if plain in lora:
             tensor = tensor + lora[plain]().to(tensor.dtype)
         yield plain, tensor
-    for name, buffer in core.named_buffers():
-        if "inv_freq" not in name:  # rotary tables are rebuilt from the config
-            yield name, _full(buffer)
+    # Buffers are not streamed: in a causal LM they are tables built from the config (rotary
+    # frequencies, masks), which every engine builds for itself.
 
 
 def _full(tensor: Tensor) -> Tensor:

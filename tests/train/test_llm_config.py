@@ -14,7 +14,10 @@ REPLAY = [GAE, "sampling.replay_ratio=0.25", "algorithm.is_cap=2.0"]
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (['rollout.engine="vllm"'], "engine: 'vllm' is not available yet; valid: transformers"),
+        (
+            ['rollout.engine="openai"'],
+            "engine: 'openai' is not available yet; valid: transformers, vllm",
+        ),
         (['data.task="countdown"'], 'countdown reward; set functions = \\["countdown"\\]'),
         (["train.save_steps=75", "train.eval_steps=50"], "try save_steps = 50"),
         (['data.prompt_template="Q:"'], "must contain \\{prompt\\}"),

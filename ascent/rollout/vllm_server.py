@@ -1,0 +1,259 @@
+"""The vLLM rollout engine in server mode: generation from OpenAI-compatible vLLM servers,
+started by ascent (`[rollout.vllm] servers`) or already running (`urls`).
+
+Token ids in and out over HTTP: `POST /v1/completions` with the prompts as lists of ids,
+`logprobs: 0` and `return_token_ids: true`; the sampled ids and their log-probs come back,
+nothing is decoded. Prompts are spread over the servers.
+
+Weights (`weight_sync = "disk"`): after each update the trainer writes the full state
+(safetensors, tied weights under each name) into `sync_dir/version-N/`, and every server
+reloads it between requests (`/pause`, `/collective_rpc reload_weights`, `/resume`: the
+development endpoints, so servers run with VLLM_SERVER_DEV_MODE=1). Across nodes, sync_dir
+must be a filesystem every server can read.
+
+A server that stops answering is waited for up to startup_timeout_sec, with one line saying
+so; when it is back (restarted, so holding its initial weights) it is given the latest
+weights, then the request is sent again. Servers ascent started are stopped with their
+process group, so no engine process or shared-memory segment outlives the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+from torch import Tensor
+
+from ascent.errors import AscentError
+from ascent.rollout.batch import RolloutBatch
+from ascent.rollout.engine import EngineContext
+from ascent.rollout.sampling import SamplingParams
+from ascent.rollout.vllm_engine import completions_to_batch
+
+MODEL_NAME = "policy"  # the name ascent's servers serve the model under
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A `vllm serve` process ascent started, in a process group of its own."""
+
+    def __init__(self, model: str, dtype: torch.dtype, device: torch.device, log: Path,
+                 seed: int, max_model_len: int | None, kv_cache_mib: int) -> None:  # fmt: skip
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+               "--host", "127.0.0.1", "--port", str(self.port), "--seed", str(seed),
+               "--served-model-name", MODEL_NAME,
+               "--dtype", "float32" if dtype == torch.float32 else "bfloat16"]  # fmt: skip
+        if max_model_len:
+            cmd += ["--max-model-len", str(max_model_len)]
+        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_LOGGING_LEVEL="WARNING")
+        if device.type == "cpu":
+            cmd += ["--enforce-eager"]
+            env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
+                    "VLLM_CPU_KVCACHE_SPACE": str(max(1, kv_cache_mib >> 10))}  # fmt: skip
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log, self.cmd, self.env = log, cmd, env
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again: same port, same model, initial weights)."""
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class VLLMServers:
+    exact_logprobs = False
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        pad_id: int,
+        eos_ids: Sequence[int],
+        device: torch.device,
+        sync_dir: Path,
+        timeout: float,
+        processes: Sequence[ServerProcess] = (),
+    ) -> None:
+        self.urls = [u.rstrip("/").removesuffix("/v1") for u in urls]
+        self.pad_id = pad_id
+        self.eos_ids = sorted(set(eos_ids))
+        self.device = device
+        self.sync_dir = sync_dir
+        self.timeout = timeout
+        self.processes = list(processes)
+        self.version = 0
+        self._weights: Path | None = None  # the latest weights written for the servers
+        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))
+        for url in self.urls:
+            self._wait_up(url, starting=True)
+
+    @classmethod
+    def from_config(cls, ctx: EngineContext, model_path: str) -> VLLMServers:
+        v = ctx.cfg.rollout.vllm
+        if v.weight_sync == "nccl":
+            raise AscentError(
+                '[rollout.vllm] weight_sync = "nccl": not available yet (it needs GPUs and '
+                'vLLM\'s weight-transfer engine); use weight_sync = "disk"'
+            )
+        sync_dir = Path(v.sync_dir) if v.sync_dir else ctx.work_dir / "vllm-sync"
+        processes = []
+        if not v.urls:
+            for i in range(v.servers):
+                processes.append(
+                    ServerProcess(
+                        model_path,
+                        ctx.compute_dtype,
+                        ctx.device,
+                        ctx.work_dir / f"vllm-server-{i}.log",
+                        ctx.cfg.run.seed + i,
+                        v.max_model_len,
+                        v.kv_cache_mib,
+                    )
+                )
+        urls = v.urls or [p.url for p in processes]
+        try:
+            return cls(urls, pad_id=ctx.pad_id, eos_ids=ctx.eos_ids, device=ctx.device,
+                       sync_dir=sync_dir, timeout=v.startup_timeout_sec,
+                       processes=processes)  # fmt: skip
+        except BaseException:
+            for p in processes:
+                p.stop()
+            raise
+
+    # -- serving --------------------------------------------------------------------------
+
+    def _wait_up(self, url: str, starting: bool = False) -> None:
+        deadline = time.monotonic() + self.timeout
+        said = False
+        while time.monotonic() < deadline:
+            try:
+                if self.http.get(f"{url}/health", timeout=5.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            dead = [p for p in self.processes if p.url == url and p.proc.poll() is not None]
+            if dead:
+                raise AscentError(
+                    f"vLLM server {url} exited (code {dead[0].proc.returncode}); see {dead[0].log}"
+                )
+            if not starting and not said:
+                print(f"vLLM server {url} is not answering; waiting for it to come back",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                said = True
+            time.sleep(0.5)
+        what = "did not come up" if starting else "did not come back"
+        raise AscentError(
+            f"vLLM server {url} {what} within [rollout.vllm] startup_timeout_sec "
+            f"({self.timeout:g} s); check it (its log, or `curl {url}/health`)"
+        )
+
+    def _post(self, url: str, path: str, body: dict[str, Any]) -> Any:
+        """POST, waiting out a server that is down or restarting (then re-syncing it)."""
+        for _ in range(3):
+            try:
+                response = self.http.post(f"{url}{path}", json=body)
+            except httpx.TransportError:
+                self._wait_up(url)
+                if self._weights is not None and path == "/v1/completions":
+                    self._reload(url)  # a restarted server holds its initial weights
+                continue
+            if response.status_code >= 400:
+                raise AscentError(
+                    f"vLLM server {url}{path}: HTTP {response.status_code}: "
+                    f"{response.text.strip()[:200]}"
+                )
+            return response.json() if response.content else None
+        raise AscentError(f"vLLM server {url} kept failing on {path}; see its log")
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        group_ids: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> RolloutBatch:
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        rows: list[tuple[int, list[int], list[float], bool]] = []
+        for s, url in enumerate(self.urls):
+            mine = list(range(s, len(prompts), len(self.urls)))
+            for i in mine:  # one request per prompt: its own seed
+                body = {
+                    "model": MODEL_NAME, "prompt": [list(prompts[i])], "n": n,
+                    "max_tokens": params.max_new_tokens, "logprobs": 0, "seed": seeds[i],
+                    "temperature": 0.0 if params.greedy else params.temperature,
+                    "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1,
+                    "stop_token_ids": self.eos_ids, "return_token_ids": True,
+                    "skip_special_tokens": False,
+                }  # fmt: skip
+                answer = self._post(url, "/v1/completions", body)
+                for choice in sorted(answer["choices"], key=lambda c: c["index"]):
+                    tokens = list(choice["token_ids"])
+                    lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+                    rows.append((i, tokens, lps, bool(tokens) and tokens[-1] in self.eos_ids))
+        rows.sort(key=lambda r: r[0])  # prompt order; each prompt's n completions in order
+        return completions_to_batch(prompts, group_ids, rows, self.pad_id, self.version,
+                                    self.device)  # fmt: skip
+
+    # -- weights ------------------------------------------------------------------------
+
+    def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        from safetensors.torch import save_file
+
+        target = self.sync_dir / f"version-{version:06d}"
+        tmp = self.sync_dir / f".tmp-version-{version:06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        state = {name: t.detach().to("cpu").clone() for name, t in weights}  # tied: copied
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        self._weights, self.version = target, version
+        for url in self.urls:
+            self._reload(url)
+        for old in self.sync_dir.glob("version-*"):
+            if old != target:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _reload(self, url: str) -> None:
+        self._post(url, "/pause?mode=wait", {})
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(self._weights)}}
+        self._post(url, "/collective_rpc", body)
+        self._post(url, "/resume", {})
+
+    def close(self) -> None:
+        self.http.close()
+        for process in self.processes:
+            process.stop()
+        self.processes = []
