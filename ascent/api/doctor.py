@@ -62,6 +62,9 @@ def run_doctor(config: str | Path | None, overrides: Sequence[str] = ()) -> list
         checks.append(Check("config", "fail", str(err)))
         cfg = None
     checks += environment_checks(cfg)
+    cluster = getattr(cfg, "cluster", None)
+    if cluster is not None and cluster.backend == "ray":
+        checks += cluster_checks(cluster)
     if cfg is not None and hasattr(cfg, "models"):
         checks += asyncio.run(api_checks(ApiClient.from_config(cfg)))
     return checks
@@ -73,6 +76,36 @@ def environment_checks(cfg: Any) -> list[Check]:
     checks += _extras_checks(cfg)
     checks.append(_sandbox_check(cfg))
     checks.append(_disk_check(cfg))
+    return checks
+
+
+def cluster_checks(cluster: Any) -> list[Check]:
+    """The Ray cluster of `[cluster]`: reachable, big enough, one version of Ray everywhere."""
+    from ascent.cluster import runtime
+
+    try:
+        ray = runtime.connect(cluster)
+    except AscentError as err:
+        return [Check("cluster", "fail", str(err))]
+    have = ray.cluster_resources()
+    where = cluster.address or "a local Ray"
+    checks = [Check("cluster", "ok", f"{where}: {len(runtime.node_versions(ray))} node(s), "
+                    f"{have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs")]  # fmt: skip
+    try:
+        runtime.check_resources(cluster)
+        need = runtime.needed(cluster)
+        detail = f"the placement needs {need['CPU']:g} CPUs, {need['GPU']:g} GPUs"
+        checks.append(Check("cluster resources", "ok", detail))
+    except AscentError as err:
+        checks.append(Check("cluster resources", "fail", str(err)))
+    driver = ray.__version__
+    others = {node: v for node, v in runtime.node_versions(ray).items() if v != driver}
+    if others:
+        listed = ", ".join(f"{node} has {v}" for node, v in sorted(others.items()))
+        detail = f"the driver runs Ray {driver} but {listed}; install one version everywhere"
+        checks.append(Check("ray versions", "fail", detail))
+    else:
+        checks.append(Check("ray versions", "ok", f"Ray {driver} on every node"))
     return checks
 
 
@@ -123,6 +156,8 @@ def _needed_extras(cfg: Any) -> list[tuple[str, str]]:
         needs.append(("peft", "[model.lora] enabled = true"))
     for tracker in getattr(getattr(cfg, "logging", None), "trackers", []):
         needs.append((tracker, f'[logging] trackers = ["{tracker}"]'))
+    if getattr(getattr(cfg, "cluster", None), "backend", "local") == "ray":
+        needs.append(("ray", '[cluster] backend = "ray"'))
     return needs
 
 

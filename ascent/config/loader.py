@@ -240,7 +240,7 @@ def _describe(
 
 def dump_config(cfg: AnyConfig, fmt: str = "toml") -> str:
     """The resolved config as TOML (unset keys listed in a trailing comment) or JSON."""
-    data = cfg.model_dump(mode="json")
+    data = cfg.model_dump(mode="json", by_alias=True)
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     unset: list[str] = []

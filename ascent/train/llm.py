@@ -30,7 +30,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +209,7 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
         quiet=not dist.main,
     )
     agentic = agentic_session(run, run_dir, bar.print)  # [agentic]: episodes, not completions
-    with run.reward, log, stop_requests() as stop, bar, agentic as agentic_trainer:
+    with closing(run), log, stop_requests() as stop, bar, agentic as agentic_trainer:
         # the analyst's tokens are counted with the agentic roles' when there are some
         usage = agentic_trainer.usage if agentic_trainer is not None else UsageLedger()
         with _assistant(cfg, run_dir, bar.print, usage, dist) as assistant:
@@ -265,6 +265,21 @@ def _assistant(
             assistant.close()
 
 
+def _placement(cfg: LLMConfig) -> dict[str, Any]:
+    """Where the run's roles ran (summary.json)."""
+    c = cfg.cluster
+    if c.backend == "local":
+        return {"backend": "local"}
+    import ray
+
+    return {
+        "backend": "ray",
+        "rollout_replicas": c.rollout_replicas,
+        "reward_workers": c.reward_workers,
+        "nodes": sum(1 for n in ray.nodes() if n.get("Alive")),
+    }
+
+
 def _summary(
     run: LLMRun, progress: Progress, log: MetricsLogger | _Silent, wall: float, *, interrupted: bool
 ) -> dict[str, Any]:
@@ -280,5 +295,6 @@ def _summary(
         "wall_s": round(wall, 2),
         "interrupted": interrupted,
         "world_size": run.dist.world_size,
+        "placement": _placement(run.cfg),
         "final_metrics": {k: v for k, v in log.last.items() if k != "step"},
     }

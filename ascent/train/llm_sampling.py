@@ -26,6 +26,8 @@ Metrics: the reward metrics describe every completion generated in the step on a
 from __future__ import annotations
 
 import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ascent.data import DrawnPrompt, ResampleReport
 from ascent.train.distributed import Dist
@@ -99,6 +101,9 @@ def _round(run: LLMRun, n: int, reports: list[ResampleReport]) -> Scored:
 def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float], Scored]:
     """The step's fresh scored completions (before `trainable`), their metrics, and every
     completion generated in the step (dynamic sampling's dropped groups included)."""
+    if run.prefetcher is not None:
+        scored = run.prefetcher.take(run)
+        return scored, reward_metrics(scored, run.dist, run.reflection), scored
     n, cfg = run.prompts_per_step, run.cfg.sampling
     reports: list[ResampleReport] = []
     generated = [_round(run, n, reports)]
@@ -130,3 +135,35 @@ def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float], Scored]:
     for report in reports:
         metrics.update(report.metrics())
     return batch, metrics, everything
+
+
+class Prefetcher:
+    """Asynchronous rollouts (`[rollout] async`): the next `max_staleness` batches are
+    generated and scored on a background thread while the trainer updates on this one.
+
+    Prompts are drawn on the trainer's thread when a batch is ordered, so the sampler is never
+    used by two threads. A batch ordered before an update is sampled by the weights before it:
+    a batch taken at version v was sampled by a version >= v - max_staleness, and the loss
+    weights its tokens by min(pi_trainer / pi_behaviour, engine_is_cap). Batches in flight
+    when a run stops are dropped (their prompts are not drawn again on resume).
+    """
+
+    def __init__(self, run: LLMRun) -> None:
+        self.depth = run.cfg.rollout.max_staleness
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="ascent-rollout")
+        self.queue: deque[Future[Scored]] = deque()
+
+    def _order(self, run: LLMRun) -> None:
+        drawn = run.sampler.draw(run.prompts_per_step)
+        self.queue.append(self.pool.submit(lambda: score(run, *collect(run, drawn))))
+
+    def take(self, run: LLMRun) -> Scored:
+        if not self.queue:
+            self._order(run)
+        scored = self.queue.popleft().result()
+        while len(self.queue) < self.depth:
+            self._order(run)
+        return scored
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)

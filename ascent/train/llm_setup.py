@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,7 +39,6 @@ from ascent.data import (
 )
 from ascent.models import (
     load_critic,
-    load_frozen,
     load_policy,
     load_reference,
     load_tokenizer,
@@ -47,7 +47,7 @@ from ascent.models import (
 )
 from ascent.observe.text_metrics import reflection_pattern
 from ascent.rewards import CompositeReward, build_reward
-from ascent.rollout import ENGINES, RolloutEngine, SamplingParams
+from ascent.rollout import ENGINES, EngineContext, RolloutEngine, SamplingParams
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist
@@ -57,6 +57,7 @@ from ascent.train.sharding import shard_model
 
 if TYPE_CHECKING:
     from ascent.train.llm_replay import PositiveReplay
+    from ascent.train.llm_sampling import Prefetcher
 
 
 @dataclass
@@ -81,6 +82,16 @@ class LLMRun:
     replay: PositiveReplay | None = None  # [sampling] replay_ratio > 0 only
     version: int = 0  # optimiser updates of the policy so far (the engine samples with it)
     reflection: re.Pattern[str] | None = None  # [logging] reflection_words, for the metrics
+    prefetcher: Prefetcher | None = None  # [rollout] async only
+
+    def close(self) -> None:
+        """Stop what runs beside the trainer: prefetching, reward workers, engines."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+        self.reward.close()
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
 
     @property
     def device(self) -> torch.device:
@@ -139,18 +150,34 @@ def eos_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
 def make_engine(
     cfg: LLMConfig, actor: Actor, tokenizer: PreTrainedTokenizerBase, *, own_copy: bool = False
 ) -> RolloutEngine:
-    """The `[rollout] engine`: decoding the actor's module in place, or (`own_copy`) a model
-    of its own loaded in the compute dtype and synced from the actor's weights now."""
+    """The `[rollout] engine`: decoding the actor's module in place, or (`own_copy`, and
+    always for asynchronous rollouts) a model of its own loaded in the compute dtype and
+    synced from the actor's weights now; with `[cluster] rollout_replicas`, Ray actors."""
     eos = eos_ids(actor.model, tokenizer)
-    factory = ENGINES.get(cfg.rollout.engine)
-    if not own_copy:
-        exact = actor.compute_dtype == torch.float32
-        return factory(
-            live=actor.live_module, pad_id=tokenizer.pad_token_id, eos_ids=eos, exact=exact
-        )
-    model = load_frozen(cfg.model.name_or_path, cfg.model, actor.dist.device, actor.compute_dtype)
-    engine = factory(model, pad_id=tokenizer.pad_token_id, eos_ids=eos)
-    engine.sync_weights(actor.weights(), 0)
+    if cfg.cluster.backend == "ray" and cfg.cluster.rollout_replicas:
+        from ascent.cluster.rollouts import RayRolloutEngine
+
+        replicas = RayRolloutEngine(cfg.cluster, cfg.model, tokenizer.pad_token_id, eos)
+        replicas.sync_weights(actor.weights(), 0)
+        return replicas
+    ctx = EngineContext(
+        cfg=cfg,
+        live=actor.live_module,
+        compute_dtype=actor.compute_dtype,
+        device=actor.dist.device,
+        pad_id=tokenizer.pad_token_id,
+        eos_ids=eos,
+        own_copy=own_copy or cfg.rollout.async_,
+        work_dir=Path(cfg.run.output_dir) / cfg.run.name,  # the run directory
+    )
+    engine = ENGINES.get(cfg.rollout.engine)(ctx)
+    try:
+        engine.sync_weights(actor.weights(), 0)  # a no-op for one decoding the actor's module
+    except BaseException:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()  # no server or engine process may outlive a failed start
+        raise
     return engine
 
 
@@ -219,6 +246,15 @@ def _reference(cfg: LLMConfig, actor: Actor, parts: AlgorithmParts, dist: Dist) 
     return ModelReference(model, parts.temperature, micro, dist, actor.compute_dtype)
 
 
+def _reward(cfg: LLMConfig) -> CompositeReward:
+    """The reward functions, in this process or (`[cluster] reward_workers`) on Ray actors."""
+    if cfg.cluster.backend == "ray" and cfg.cluster.reward_workers:
+        from ascent.cluster.rewards import RayRewardPool
+
+        return RayRewardPool(cfg.cluster, cfg.reward, cfg.sandbox)  # called the same way
+    return build_reward(cfg.reward, cfg.sandbox)
+
+
 def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
     """Load models and data, and build the workers, the reward and the samplers (on this
     rank of `dist`; a device means one process on it)."""
@@ -237,17 +273,21 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
             s.replay_buffer_size, s.replay_max_staleness, cfg.run.seed, tokenizer.pad_token_id
         )
     chat = uses_chat_template(cfg.data.chat_template, tokenizer)
+    if cfg.cluster.backend == "ray":
+        from ascent.cluster.runtime import check_resources
+
+        check_resources(cfg.cluster)
     engine = make_engine(cfg, actor, tokenizer)
-    if not engine.exact_logprobs:
+    if not engine.exact_logprobs or cfg.rollout.async_:
         parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)
-    return LLMRun(
+    run = LLMRun(
         cfg=cfg,
         dist=dist,
         actor=actor,
         reference=_reference(cfg, actor, parts, dist),
         tokenizer=tokenizer,
         engine=engine,
-        reward=build_reward(cfg.reward, cfg.sandbox),
+        reward=_reward(cfg),
         task=task,
         sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
         generator=torch.Generator(device=dist.device).manual_seed(cfg.run.seed + dist.rank),
@@ -259,3 +299,8 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
         replay=replay,
         reflection=reflection_pattern(cfg.logging.reflection_words),
     )
+    if cfg.rollout.async_:
+        from ascent.train.llm_sampling import Prefetcher
+
+        run.prefetcher = Prefetcher(run)
+    return run

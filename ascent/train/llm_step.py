@@ -22,7 +22,8 @@ reports:
     loss, grad_norm, lr        per optimiser step, averaged over the step's updates
     value_loss, explained_variance, values/mean, returns/mean   with a critic
     overlong/penalty, overlong/masked                           with overlong handling
-    policy_version             the version the step's rollouts were sampled with
+    policy_version, staleness  the oldest version that sampled the step's rollouts, and how
+                               many updates behind the trainer's it is (async rollouts)
     engine/logprob_gap, engine/kl   with an engine whose numerics are not the trainer's: the
                                mean |log pi_trainer - log pi_engine| and k3 KL on the sampled
                                tokens; is_clip_frac is then the share of tokens capped
@@ -219,7 +220,9 @@ def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     """Run one step; return its metrics and this rank's scored batch (for sample dumps)."""
     t0 = time.perf_counter()
     scored, metrics, generated = sample_batch(run)
-    metrics["policy_version"] = float(run.engine.version)
+    sampled_by = int(scored.rollout.versions.min()) if len(scored) else run.version
+    metrics["policy_version"] = float(sampled_by)
+    metrics["staleness"] = float(run.version - sampled_by)
     t1 = time.perf_counter()
     usable = trainable(scored, run.parts.needs_groups)
     if run.replay is not None:
@@ -247,6 +250,9 @@ def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     metrics.update(
         {"tokens_per_s": tokens / (t2 - t0), "time/rollout": t1 - t0, "time/update": t2 - t1}
     )
+    for part in (run.engine, run.reward):  # Ray actors: restarts so far
+        if hasattr(part, "metrics"):
+            metrics.update(part.metrics())
     if run.device.type == "cuda":  # the most any rank's GPU has held so far
         peak_mib = run.dist.all_max(torch.cuda.max_memory_allocated(run.device) >> 20)
         metrics["memory/peak_gib"] = peak_mib / 1024

@@ -1,0 +1,117 @@
+"""Joining (or starting) the Ray cluster of a run, and refusing early what cannot work.
+
+Every failure a user can fix is one line, within `[cluster] timeout_sec`: Ray missing, an
+address nobody answers at, a cluster without the CPUs or GPUs the placement asks for (Ray
+would otherwise wait for them forever), a version of Ray on a node other than the driver's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from typing import Any
+
+from ascent.config.cluster import ClusterSection
+from ascent.errors import AscentError
+
+
+def require_ray() -> Any:
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise AscentError(
+            "[cluster] backend = \"ray\" needs Ray: pip install 'ascent[ray]'"
+        ) from None
+
+
+def connect(cluster: ClusterSection) -> Any:
+    """`ray`, initialised for this run (a no-op when it already is)."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return ray
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": True}
+    if cluster.address is None:
+        kwargs["num_cpus"] = cluster.num_cpus
+        kwargs["include_dashboard"] = False
+    else:
+        _reachable(cluster.address, min(cluster.timeout_sec, 5.0))
+        kwargs["address"] = cluster.address
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        where = cluster.address or "a local Ray"
+        raise AscentError(
+            f"[cluster] address: cannot join {where} ({first}); start one with `ray start "
+            '--head` and use address = "auto", or leave address unset for a local Ray'
+        ) from None
+    return ray
+
+
+def _reachable(address: str, timeout: float) -> None:
+    """Fail fast (one line) when nothing listens at host:port: Ray Client itself waits
+    30 s before giving up."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and the like: Ray finds (or does not find) the cluster at once
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise AscentError(
+            f"[cluster] address: nothing answers at {address} ({err.strerror or err}); start "
+            "the cluster (`ray start --head`) or fix the address"
+        ) from None
+
+
+def needed(cluster: ClusterSection) -> dict[str, float]:
+    """The CPUs and GPUs the configured actors ask for."""
+    return {
+        "CPU": cluster.rollout_replicas * cluster.cpus_per_rollout
+        + cluster.reward_workers * cluster.cpus_per_reward,
+        "GPU": cluster.rollout_replicas * cluster.gpus_per_rollout,
+    }
+
+
+def check_resources(cluster: ClusterSection) -> None:
+    """Refuse a placement the cluster cannot satisfy (Ray would wait for it forever)."""
+    ray = connect(cluster)
+    have = ray.cluster_resources()
+    for resource, amount in needed(cluster).items():
+        if amount > have.get(resource, 0.0) + 1e-9:
+            raise AscentError(
+                f"[cluster] the placement needs {amount:g} {resource}s but the cluster has "
+                f"{have.get(resource, 0.0):g}; lower rollout_replicas / reward_workers or "
+                "their cpus_per_* / gpus_per_*, or add nodes"
+            )
+
+
+def placement_group(cluster: ClusterSection, bundles: list[dict[str, float]]) -> Any:
+    """A placement group of `bundles`, granted within timeout_sec or refused in one line."""
+    connect(cluster)
+    from ray.util.placement_group import placement_group as make
+    from ray.util.placement_group import remove_placement_group
+
+    strategy = "PACK" if cluster.placement == "pack" else "SPREAD"
+    group = make(bundles, strategy=strategy)
+    if not group.wait(timeout_seconds=cluster.timeout_sec):
+        remove_placement_group(group)
+        raise AscentError(
+            f"[cluster] Ray did not grant {len(bundles)} bundles ({strategy}) within "
+            f"{cluster.timeout_sec:g} s; the cluster lacks free resources for the placement"
+        )
+    return group
+
+
+def node_versions(ray: Any) -> dict[str, str]:
+    """Ray's version on every alive node (from the nodes' own reports)."""
+    versions = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            labels = node.get("Labels") or {}
+            versions[node.get("NodeManagerAddress", "?")] = labels.get(
+                "ray.io/ray-version", getattr(ray, "__version__", "?")
+            )
+    return versions
