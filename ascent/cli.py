@@ -150,12 +150,45 @@ def eval_(
 
 @app.command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/tiny-grpo.")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A run directory, e.g. runs/tiny-grpo (several with --compare); with --html, "
+            "optionally the page to write, a path ending in .html (default: RUN_DIR/report.html"
+            ", or the first RUN_DIR's compare.html with --compare).",
+        ),
+    ],
+    html: Annotated[
+        bool,
+        typer.Option(
+            "--html",
+            help="Write one self-contained HTML page of plots (reward, KL, length, eval "
+            "accuracy, ..., diagnosis marked on the curves) and print its path; needs "
+            "pip install 'ascent[report]'.",
+        ),
+    ] = False,
+    compare: Annotated[
+        bool,
+        typer.Option("--compare", help="With --html: overlay several runs on the same plots."),
+    ] = False,
 ) -> None:
     """Summarise a run: metric trends, eval results, and diagnosed failure patterns."""
-    from ascent.observe.report import print_report
+    if not html:
+        if compare or len(paths) > 1:
+            raise AscentError("the text report reads one RUN_DIR; add --html to compare runs")
+        from ascent.observe.report import print_report
 
-    print_report(run_dir)
+        print_report(paths[0])
+        return
+    from ascent.observe.html_report import split_paths, write_html_report
+
+    run_dirs, out = split_paths(paths)
+    if len(run_dirs) > 1 and not compare:
+        raise AscentError(f"{len(run_dirs)} run directories: add --compare to overlay them")
+    if compare and len(run_dirs) < 2:
+        raise AscentError("--compare overlays two or more run directories; only one given")
+    typer.echo(str(write_html_report(run_dirs, out)))
 
 
 @app.command()
@@ -272,10 +305,12 @@ def config_show(
 
 def _mount_subapps() -> None:
     """Mount the command groups owned by other packages (kept here so `--help` lists them)."""
+    from ascent.data.commands import data_app
     from ascent.rewards.commands import reward_app, sandbox_app
 
     app.add_typer(reward_app, name="reward")
     app.add_typer(sandbox_app, name="sandbox")
+    app.add_typer(data_app, name="data")
 
 
 _mount_subapps()

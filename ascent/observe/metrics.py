@@ -3,7 +3,7 @@
 Lines are `{"step": N, "time": seconds since the run started, <metric>: value, ...}`; values
 that are not finite are written as null (JSON has no NaN) so any JSON reader can load them.
 On resume, lines for steps after the checkpoint are dropped, so replayed steps are not
-counted twice.
+counted twice, and each tracker continues its run (see ascent.observe.trackers).
 """
 
 from __future__ import annotations
@@ -48,10 +48,17 @@ class MetricsLogger:
             write_text_atomic(path, "".join(f"{ln}\n" for ln in kept))
         # Held open for the whole run (closed in close()): one append per logged step.
         self._fh = open(path, "a", encoding="utf-8") if cfg.jsonl else None  # noqa: SIM115
-        self._trackers: list[Tracker] = [
-            open_tracker(kind, run_dir.path, cfg.project, run_dir.path.name, config or {})
-            for kind in cfg.trackers
-        ]
+        self._trackers: list[Tracker] = []
+        try:
+            for kind in cfg.trackers:
+                tracker = open_tracker(
+                    kind, run_dir.path, project=cfg.project, config=config or {},
+                    resume_step=resume_step,
+                )  # fmt: skip
+                self._trackers.append(tracker)
+        except BaseException:
+            self.close()  # the trackers that did start are finished, not left open
+            raise
         self.last: dict[str, Any] = {}
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
