@@ -310,6 +310,20 @@ class TrainSection(Section):
     )
     save_steps: int = Field(100, ge=0, description="Checkpoint every N steps (0: only at the end).")
     keep_last: int = Field(2, ge=1, description="Checkpoints to keep besides the best one.")
+    plateau_patience: int = Field(
+        0,
+        ge=0,
+        description="End the run (or stage) when plateau_metric has not improved by "
+        "plateau_min_delta for this many evaluations in a row (0: run to total_steps). SRPO "
+        "ends its math stage when the reward flattens.",
+    )
+    plateau_metric: Literal["eval/accuracy", "eval/reward"] = Field(
+        "eval/reward",
+        description="The evaluation metric a plateau is judged on (higher is better).",
+    )
+    plateau_min_delta: float = Field(
+        0.005, ge=0.0, description="Smallest rise of plateau_metric that counts as improving."
+    )
 
 
 class OptimSection(Section):
@@ -442,6 +456,7 @@ class LLMConfig(Section):
     def _cross_section_rules(self) -> LLMConfig:
         llm_rules.task_reward_and_checkpoints(self)
         llm_rules.batch_arithmetic(self)
+        llm_rules.plateau_settings(self)
         llm_rules.estimator_settings(self)
         llm_rules.critic_settings(self)
         llm_rules.sampling_settings(self)

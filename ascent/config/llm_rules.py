@@ -66,6 +66,19 @@ def task_reward_and_checkpoints(cfg: LLMConfig) -> None:
         )
 
 
+def plateau_settings(cfg: LLMConfig) -> None:
+    t = cfg.train
+    if not t.plateau_patience:
+        _refuse_unused(
+            t, "train", ("plateau_metric", "plateau_min_delta"), "plateau_patience is 0 (off)"
+        )
+    elif not t.eval_steps:
+        raise ValueError(
+            "[train] plateau_patience: a plateau is judged on evaluations, and eval_steps = 0 "
+            "runs none before the end; set eval_steps (e.g. 50)"
+        )
+
+
 def batch_arithmetic(cfg: LLMConfig) -> None:
     t, g = cfg.train, cfg.rollout.group_size
     if t.batch_size % g:

@@ -132,6 +132,20 @@ class _Silent:
         return None
 
 
+def plateaued(run: LLMRun, progress: Progress) -> bool:
+    """After an evaluation: has `[train] plateau_metric` stopped improving for
+    plateau_patience evaluations? (The evaluation before RL is the first reference.)"""
+    t = run.cfg.train
+    value = progress.last_eval.get(t.plateau_metric)
+    if not t.plateau_patience or value is None:
+        return False
+    if progress.best_watched is None or value > progress.best_watched + t.plateau_min_delta:
+        progress.best_watched, progress.flat_evals = value, 0
+        return False
+    progress.flat_evals += 1
+    return progress.flat_evals >= t.plateau_patience
+
+
 def _loop(
     run: LLMRun,
     run_dir: RunDir,
@@ -143,11 +157,12 @@ def _loop(
     agentic: AgenticTrainer | None = None,
     assistant: LogAssistant | None = None,
     live: LiveDiagnosis | None = None,
-) -> int:
-    """Train until total_steps or a stop request; return the step last checkpointed."""
+) -> tuple[int, str]:
+    """Train until total_steps, a plateau or a stop request; return the step last
+    checkpointed and why the loop ended ("total_steps", "plateau" or "interrupted")."""
     t, every, main = run.cfg.train, run.cfg.logging, run.dist.main
-    saved = -1
-    while progress.step < t.total_steps and not run.dist.any(stop["stop"]):
+    saved, flat = -1, False
+    while progress.step < t.total_steps and not flat and not run.dist.any(stop["stop"]):
         progress.step += 1
         metrics, scored = (rl_step if agentic is None else agentic.step)(run, progress.step)
         report = ResampleReport.from_metrics(metrics)
@@ -156,6 +171,14 @@ def _loop(
         last = progress.step == t.total_steps
         if (t.eval_steps and progress.step % t.eval_steps == 0) or last:
             metrics.update(_evaluate(run, run_dir, progress, f"step-{progress.step:06d}").metrics())
+            flat = plateaued(run, progress)
+            if flat:
+                last = True  # the stage is over: checkpoint it as the last step
+                bar.print(
+                    f"{t.plateau_metric} has not improved by {t.plateau_min_delta:g} for "
+                    f"{t.plateau_patience} evaluations (best {progress.best_watched:.4g}): "
+                    f"ending at step {progress.step}"
+                )
         log.log(progress.step, metrics)
         bar.update(progress.step, metrics)
         if live is not None:
@@ -170,7 +193,8 @@ def _loop(
             save_run(run, run_dir, progress)
             saved = progress.step
     stop["stop"] = run.dist.any(stop["stop"])
-    return saved
+    reason = "interrupted" if stop["stop"] else ("plateau" if flat else "total_steps")
+    return saved, reason
 
 
 def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict[str, Any]:
@@ -215,12 +239,13 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
         with _assistant(cfg, run_dir, bar.print, usage, dist) as assistant:
             if not progress.before:
                 progress.before = _evaluate(run, run_dir, progress, "before").metrics()
+                plateaued(run, progress)  # the reference a plateau is judged against
             bar.print(_accuracy_line("before", progress.before, n_eval, {}))
             live = None
             if dist.main:
                 resume_step = progress.step if resuming else None
                 live = LiveDiagnosis(run_dir.path, bar.print, resume_step=resume_step)
-            saved = _loop(
+            saved, ended = _loop(
                 run, run_dir, progress, log, bar, stop, clock, agentic_trainer, assistant, live
             )
             if stop["stop"] and saved != progress.step:
@@ -229,7 +254,7 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
             elif not stop["stop"]:
                 bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
                 export_final(run, run_dir)
-            summary = _summary(run, progress, log, clock.tick(), interrupted=stop["stop"])
+            summary = _summary(run, progress, log, clock.tick(), ended=ended)
         if agentic_trainer is None and dist.main:
             usage.finish(run_dir.path, bar.print)
     if dist.main:
@@ -281,7 +306,7 @@ def _placement(cfg: LLMConfig) -> dict[str, Any]:
 
 
 def _summary(
-    run: LLMRun, progress: Progress, log: MetricsLogger | _Silent, wall: float, *, interrupted: bool
+    run: LLMRun, progress: Progress, log: MetricsLogger | _Silent, wall: float, *, ended: str
 ) -> dict[str, Any]:
     after = progress.last_eval if progress.last_eval_step == progress.step else {}
     return {
@@ -293,7 +318,8 @@ def _summary(
         "steps": progress.step,
         "total_steps": run.cfg.train.total_steps,
         "wall_s": round(wall, 2),
-        "interrupted": interrupted,
+        "interrupted": ended == "interrupted",
+        "ended": ended,  # total_steps, plateau or interrupted
         "world_size": run.dist.world_size,
         "placement": _placement(run.cfg),
         "final_metrics": {k: v for k, v in log.last.items() if k != "step"},

@@ -52,6 +52,8 @@ class Progress:
     before: dict[str, float] = field(default_factory=dict)  # eval metrics before RL
     last_eval: dict[str, float] = field(default_factory=dict)
     last_eval_step: int = -1
+    best_watched: float | None = None  # [train] plateau_metric's best value so far
+    flat_evals: int = 0  # evaluations in a row without an improvement of plateau_min_delta
 
 
 def _shards(run: LLMRun) -> dict[str, Any]:

@@ -54,3 +54,29 @@ def test_stage_two_starts_from_stage_one_final_weights_with_its_own_settings(tmp
     assert summary["eval_accuracy_after"] == second["eval_accuracy_after"]
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert on_disk["stages"][1]["name"] == "long"
+
+
+def test_a_stage_ends_on_a_plateau_and_the_summary_says_why(tmp_path):
+    stages = (
+        'stages=[{name="math", train={total_steps=8, eval_steps=2, save_steps=2, '
+        'plateau_patience=2, plateau_min_delta=10.0}}, {name="code", train={total_steps=2}}]'
+    )
+    cfg = config(tmp_path, stages)
+    summary = train_llm(cfg, RunDir.create(cfg))
+    first, second = summary["stages"]
+    # a rise of 10 never comes: the 2nd evaluation after the one before RL ends the stage
+    assert (first["ended"], first["steps"]) == ("plateau", 4)
+    assert (second["ended"], second["steps"]) == ("total_steps", 2)
+    assert Path(first["final_model"]).is_dir()  # stage 2 starts from where stage 1 stopped
+
+
+def test_plateau_settings_need_evaluations():
+    import pytest
+
+    from ascent.config import load_config
+    from ascent.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="plateau_patience: a plateau is judged on evaluations"):
+        load_config(None, ["train.plateau_patience=3", "train.eval_steps=0", "train.save_steps=0"])
+    with pytest.raises(ConfigError, match="plateau_min_delta: plateau_patience is 0"):
+        load_config(None, ["train.plateau_min_delta=0.1"])
