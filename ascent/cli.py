@@ -303,6 +303,36 @@ def config_show(
     typer.echo(dump_config(cfg, fmt), nl=False)
 
 
+@config_app.command("migrate")
+def config_migrate(
+    config: Annotated[
+        Path,
+        typer.Argument(help="A config from the write-ups or TRL: TOML, or YAML (.yaml, .yml)."),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the ascent config to PATH instead of standard output."),
+    ] = None,
+) -> None:
+    """Rewrite a config with the write-ups' or TRL's keys as an ascent config; every key moved,
+    left out or not mapped is commented."""
+    from ascent.config.migrate import migrate_file
+
+    if out is not None and out.resolve() == config.resolve():
+        raise AscentError(f"--out {out}: that is the file being migrated; choose another path")
+    result = migrate_file(config)
+    if out is None:
+        typer.echo(result.text, nl=False)
+    else:
+        try:
+            out.write_text(result.text, encoding="utf-8")
+        except OSError as err:
+            raise AscentError(f"--out {out}: cannot write it ({err.strerror})") from None
+        typer.echo(f"wrote {out}", err=True)
+    if result.problem is not None:
+        raise AscentError(f"the migrated config does not load yet: {result.problem}")
+
+
 def _mount_subapps() -> None:
     """Mount the command groups owned by other packages (kept here so `--help` lists them)."""
     from ascent.data.commands import data_app

@@ -11,12 +11,16 @@ A trainer wires it beside the run's API roles, all counting into one `UsageLedge
 
     usage = UsageLedger()                                       # the run's token counts
     roles = ApiClient.from_config(cfg, usage=usage)             # the roles the run calls
-    assistant = LogAssistant.from_config(cfg, run_dir, usage=usage)  # None unless enabled
-    for step in ...:
-        metrics = train_step()
-        if assistant: assistant.observe(step, metrics)
-    if assistant: assistant.close()
+    with assistant_session(cfg, run_dir, echo, usage) as assistant:   # None unless enabled
+        for step in ...:
+            metrics = train_step()
+            if assistant: assistant.observe(step, metrics)
     usage.finish(run_dir)           # one line per role, analyst included; api_usage.json
+
+Both loops do: the LLM loop (`train/llm.py`) per step, the classic PPO loop
+(`train/classic.py`) per update, whose metrics carry their own names (`episode/return_mean`,
+`loss/value`, ...). When training ends, an analysis in flight gets a few seconds only if the
+endpoint answered the one before; a dead or hanging endpoint, or Ctrl-C, ends the run at once.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +48,18 @@ from ascent.errors import ConfigError
 log = logging.getLogger("ascent.api.assistant")
 
 ASSISTANT_FILE = "assistant.jsonl"
+# At the end of a run, the longest wait for an analysis in flight (only when the endpoint
+# answered the one before: a dead or hanging endpoint is never waited for).
+FINAL_ANALYSIS_WAIT_S = 10.0
+# The wording covers both loops: an LLM run logs `reward`, `value_loss` and
+# `explained_variance` per step; a classic PPO run logs `episode/return_mean`, `loss/value` and
+# `value/explained_variance` per update.
 SYSTEM_PROMPT = (
     "You read reinforcement-learning training metrics for the engineer running the job. "
     "Answer in exactly three sentences, no lists: (1) whether the policy is improving, judged "
-    "from reward and its trend; (2) whether the critic is converging, judged from value loss "
-    "and explained variance, or that there is no critic in this run; (3) the single change to "
-    "try next, with a concrete value."
+    "from reward (or episode return) and its trend; (2) whether the critic is converging, "
+    "judged from value loss and explained variance, or that there is no critic in this run; "
+    "(3) the single change to try next, with a concrete value."
 )
 
 
@@ -105,7 +117,8 @@ class LogAssistant:
         *,
         usage: UsageLedger | None = None,
     ) -> LogAssistant | None:
-        """The assistant of an LLM config, or None when `[assistant] enabled` is false.
+        """The assistant of a config with `[api]`, `[models]` and `[assistant]` (an LLM or a
+        classic PPO run), or None when `[assistant] enabled` is false.
 
         `usage`: the run's ledger, so the analyst's tokens are counted with the other roles'
         (unset: a ledger of its own, which nobody prints).
@@ -115,7 +128,11 @@ class LogAssistant:
             return None
         client = ApiClient.from_config(cfg)
         check_assistant(section, client.roles)
-        role = client.roles[section.role]
+        role = replace(
+            client.roles[section.role],
+            length_settings=f"[assistant] max_tokens (now {section.max_tokens}) or [assistant] "
+            f"history (now {section.history} records per prompt)",
+        )
 
         def make_client() -> ApiClient:
             # one analysis at a time: observe() skips an interval while one is in flight
@@ -146,6 +163,17 @@ class LogAssistant:
         with contextlib.suppress(queue.Full):  # full only for the instant before a job is taken
             self._jobs.put(None, timeout=1.0)
         self._thread.join(timeout)
+
+    def finish(self, wait: bool = True) -> None:
+        """The end of a run: wait for an analysis in flight at most FINAL_ANALYSIS_WAIT_S
+        (and [assistant] timeout_sec), and only when `wait` (training ended, not interrupted)
+        and the endpoint answered the previous analysis; then stop the worker."""
+        answering = bool(self.analyses) and "text" in self.analyses[-1]
+        grace = min(FINAL_ANALYSIS_WAIT_S, self.section.timeout_sec) if wait and answering else 0
+        if not self.wait_idle(grace) and wait:
+            waited = f"gave up after {grace:g} s" if grace else "not waited for"
+            self.echo(f"assistant: an analysis was still running when training ended; {waited}")
+        self.close()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no analysis is in flight (for tests and the end of a run)."""
@@ -204,3 +232,28 @@ class LogAssistant:
                 f.write(json.dumps(entry) + "\n")
         except OSError as err:
             log.warning("assistant: could not write %s: %s", ASSISTANT_FILE, err)
+
+
+@contextmanager
+def assistant_session(
+    cfg: Any,
+    run_dir: str | Path,
+    echo: Callable[[str], None],
+    usage: UsageLedger,
+    *,
+    enabled: bool = True,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> Iterator[LogAssistant | None]:
+    """The `[assistant]` log analyst for the length of a training loop: None when disabled
+    (or not `enabled` here: ranks other than 0). On leaving, `LogAssistant.finish` waits for
+    an analysis in flight only when the loop ran to its end (no exception, not
+    `interrupted()`: a Ctrl-C the loop turned into a stop) and the endpoint answered the
+    previous analysis."""
+    assistant = LogAssistant.from_config(cfg, run_dir, echo, usage=usage) if enabled else None
+    ended = False
+    try:
+        yield assistant
+        ended = not interrupted()
+    finally:
+        if assistant is not None:
+            assistant.finish(wait=ended)

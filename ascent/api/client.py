@@ -1,6 +1,6 @@
 """An async client for API-served roles over the official `openai` package.
 
-    client = ApiClient.from_config(cfg)  # concurrency: [rollout] async_workers
+    client = ApiClient.from_config(cfg)  # the roles of [models]; concurrency: async_workers
     async with client:
         result = await client.chat("solver", [{"role": "user", "content": "..."}], max_tokens=512)
     print(result.text, result.completion_tokens)
@@ -44,6 +44,8 @@ from ascent.api.keys import KeySource, Secret
 from ascent.api.roles import RoleSpec, resolve_roles
 from ascent.api.usage import UsageLedger
 from ascent.config.api import ApiSection
+from ascent.config.classic import ClassicConfig
+from ascent.config.llm import LLMConfig
 from ascent.errors import ConfigError, did_you_mean
 
 log = logging.getLogger("ascent.api")
@@ -123,21 +125,28 @@ class ApiClient:
         self._bind_lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, cfg: Any, usage: UsageLedger | None = None) -> ApiClient:
-        """Build from an LLM config: [api], [models], and [rollout] async_workers.
+    def from_config(
+        cls, cfg: LLMConfig | ClassicConfig, usage: UsageLedger | None = None
+    ) -> ApiClient:
+        """The roles a run calls, from its [api] and [models].
 
-        Pass the run's `usage` ledger so every client of the run counts into one.
+        An LLM run: every role in [models], at most [rollout] async_workers requests in
+        flight. A classic PPO run calls only the log assistant, one analysis at a time: its
+        role when [assistant] is enabled, else none. Pass the run's `usage` ledger so every
+        client of the run counts into one.
         """
-        api, models = getattr(cfg, "api", None), getattr(cfg, "models", None)
-        if api is None or models is None:
-            raise ConfigError(
-                "API roles need an LLM config ([api] and [models]); this is a classic PPO config"
-            )
+        keys = KeySource.beside(cfg.source, cfg.api.env_file)
+        if isinstance(cfg, ClassicConfig):
+            roles = resolve_roles(cfg.api, cfg.models, keys) if cfg.assistant.enabled else {}
+            concurrency = 1
+        else:
+            roles = resolve_roles(cfg.api, cfg.models, keys)
+            concurrency = cfg.rollout.async_workers
         return cls(
-            resolve_roles(api, models),
-            concurrency=cfg.rollout.async_workers,
-            keys=KeySource.beside(getattr(cfg, "source", None), api.env_file),
-            policy=RetryPolicy.from_section(api),
+            roles,
+            concurrency=concurrency,
+            keys=keys,
+            policy=RetryPolicy.from_section(cfg.api),
             usage=usage,
         )
 
@@ -278,6 +287,7 @@ class ApiClient:
             concurrency=self.concurrency,
             max_tokens=max_tokens,
             secrets=(secret.reveal(),) if secret else (),
+            length_settings=spec.length_settings,
         )
 
     async def _list_models(self, spec: RoleSpec) -> list[str]:

@@ -55,6 +55,7 @@ class CallContext:
     concurrency: int = 1
     max_tokens: int | None = None
     secrets: Sequence[str] = field(default_factory=tuple, repr=False)
+    length_settings: str = ""  # what shortens this role's requests (RoleSpec.length_settings)
 
     @property
     def host(self) -> str:
@@ -65,6 +66,8 @@ class CallContext:
         return f"role {self.role} ({self.model})"
 
 
+# What shortens a request, for a role whose caller names nothing more precise.
+_LENGTH_SETTINGS = "max_tokens / [rollout] max_new_tokens or shorten the prompt"
 RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
@@ -255,7 +258,7 @@ async def _diagnose_status(
         bound = f" (the model allows {limit.group(1)} tokens)" if limit else ""
         return MaxTokensError(
             f"{where}: {asked} plus the prompt is over the model's limit{bound}; lower "
-            f"max_tokens / [rollout] max_new_tokens or shorten the prompt (server: {said})",
+            f"{ctx.length_settings or _LENGTH_SETTINGS} (server: {said})",
             attempts=attempts,
         )
     about_model = status in (400, 404) and names_unknown_model(said, _error_code(exc))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from ascent.api.client import ApiClient, RetryPolicy
 from ascent.api.diagnoses import ApiError, BaseUrlError, CallContext, unknown_model
 from ascent.api.roles import RoleSpec
+from ascent.config.classic import ClassicConfig
 from ascent.config.run import RunSection
 from ascent.errors import AscentError
 
@@ -40,6 +41,9 @@ EXTRAS = {
 DISK_WARN_GIB = 5.0
 DISK_FAIL_GIB = 1.0
 DOCTOR_TIMEOUT_SEC = 15.0
+NO_ASSISTANT = (
+    "a classic PPO run calls an API only for the log assistant, and [assistant] enabled = false"
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def run_doctor(config: str | Path | None, overrides: Sequence[str] = ()) -> list
     checks: list[Check] = []
     try:
         cfg = load_config(config, overrides)
-        kind = "LLM" if hasattr(cfg, "models") else "classic PPO"
+        kind = "classic PPO" if isinstance(cfg, ClassicConfig) else "LLM"
         checks.append(Check("config", "ok", f"{cfg.source}: valid ({kind} run)"))
     except AscentError as err:
         checks.append(Check("config", "fail", str(err)))
@@ -65,8 +69,15 @@ def run_doctor(config: str | Path | None, overrides: Sequence[str] = ()) -> list
     cluster = getattr(cfg, "cluster", None)
     if cluster is not None and cluster.backend == "ray":
         checks += cluster_checks(cluster)
-    if cfg is not None and hasattr(cfg, "models"):
-        checks += asyncio.run(api_checks(ApiClient.from_config(cfg)))
+    if isinstance(cfg, ClassicConfig) and not cfg.assistant.enabled:
+        checks.append(Check("API roles", "skip", f"{NO_ASSISTANT}: API checks skipped"))
+    elif cfg is not None:
+        try:
+            client = ApiClient.from_config(cfg)
+        except AscentError as err:  # e.g. [api] base_url_env names an unset variable
+            checks.append(Check("API roles", "fail", str(err)))
+        else:
+            checks += asyncio.run(api_checks(client))
     return checks
 
 
@@ -166,7 +177,8 @@ def _sandbox_check(cfg: Any) -> Check:
     from ascent.rewards.sandbox.isolation import check_isolation
 
     name = "sandbox isolation"
-
+    if isinstance(cfg, ClassicConfig):
+        return Check(name, "skip", "a classic PPO run executes no generated code")
     section = getattr(cfg, "sandbox", None) or SandboxSection()
     if getattr(section, "unsafe_local", False):
         return Check(name, "warn", "sandbox.unsafe_local = true: programs run WITHOUT isolation")

@@ -17,14 +17,11 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from ascent.api.failures import KeyLooksLikeNameError, KeyMissingError
-from ascent.config.api import ENV_NAME, mask_secret
+from ascent.config.api import ENV_NAME, key_shaped, mask_secret
 
 __all__ = ["KeySource", "Secret", "mask_secret", "redact"]
 
 NO_KEY = "no-key"  # sent to endpoints configured with api_key_env = ""
-KEY_PREFIX = re.compile(
-    r"^(?:sk|pk|rk|gsk|hf|fw|key)[-_][A-Za-z0-9_\-*.]{6,}|^AIza[A-Za-z0-9_\-]{20,}"
-)
 _TOKEN = re.compile(r"[^\s'\"`,;:=()\[\]{}<>]+")
 
 
@@ -52,26 +49,13 @@ class Secret:
         raise TypeError("a Secret cannot be pickled")
 
 
-def _key_shaped(token: str) -> bool:
-    """A known key prefix, or a long random-looking run (not a hyphenated model name)."""
-    if KEY_PREFIX.match(token):
-        return True
-    return (
-        len(token) >= 24
-        and re.fullmatch(r"[A-Za-z0-9_\-]+", token) is not None
-        and token.count("-") <= 2
-        and any(c.isdigit() for c in token)
-        and any(c.isalpha() for c in token)
-    )
-
-
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Replace anything in `text` sharing 5 characters with a secret, or shaped like a key."""
     grams = {s[i : i + 5] for s in secrets if s for i in range(len(s) - 4)}
 
     def scrub(match: re.Match[str]) -> str:
         token = match.group(0)
-        if any(token[i : i + 5] in grams for i in range(len(token) - 4)) or _key_shaped(token):
+        if any(token[i : i + 5] in grams for i in range(len(token) - 4)) or key_shaped(token):
             return "[redacted]"
         return token
 

@@ -1,4 +1,5 @@
-"""`ascent smoke CONFIG`: one minimal request per configured role (and per fallback model).
+"""`ascent smoke CONFIG`: one minimal request per configured role (and per fallback model);
+for a classic PPO config, the log assistant's role.
 
 Cheap by design: a one-line prompt and a small max_tokens. Each row says whether the role
 answered, how fast, and the first line of the answer; a failing row carries the diagnosis.
@@ -9,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from ascent.api.client import ApiClient
+from ascent.api.doctor import NO_ASSISTANT
 from ascent.api.failures import ApiError
+from ascent.config.classic import ClassicConfig
+from ascent.config.llm import LLMConfig
 from ascent.errors import ConfigError
 
 PROMPT = "Reply with the single word: ok"
@@ -71,8 +74,14 @@ def smoke_roles(client: ApiClient) -> ApiClient:
     )
 
 
-def run_smoke(cfg: Any, max_tokens: int = SMOKE_MAX_TOKENS) -> list[SmokeRow]:
-    """Send one minimal request per role of an LLM config; never raises for a role failure."""
+def run_smoke(cfg: LLMConfig | ClassicConfig, max_tokens: int = SMOKE_MAX_TOKENS) -> list[SmokeRow]:
+    """Send one minimal request per role the run calls (a classic PPO run: the log
+    assistant's); never raises for a role failure."""
+    if isinstance(cfg, ClassicConfig) and not cfg.assistant.enabled:
+        raise ConfigError(
+            f"{cfg.source}: {NO_ASSISTANT}, so there is nothing to smoke-test; enable it with "
+            "[models] analyst_model and [assistant] enabled = true (examples/ppo_cartpole.toml)"
+        )
     client = ApiClient.from_config(cfg)
     if not client.roles:
         raise ConfigError(

@@ -58,16 +58,11 @@ class AgenticRolesSection(Section):
         return [role for role in ROLES if getattr(self, role) == source]
 
     @model_validator(mode="after")
-    def _solver_and_policy(self) -> AgenticRolesSection:
+    def _solver_plays(self) -> AgenticRolesSection:
         if self.solver == "off":
             raise ValueError(
                 '[agentic.roles] solver cannot be "off": every episode needs a program; '
                 'use "policy", "api" or "scripted"'
-            )
-        if not self.by_source("policy"):
-            raise ValueError(
-                "[agentic.roles]: no role is played by the trained policy; "
-                'set e.g. solver = "policy"'
             )
         return self
 
@@ -147,6 +142,17 @@ class AgenticSection(Section):
             raise ValueError(
                 "[agentic] immediate_reward_weight and delayed_reward_weight are both 0, so "
                 "no turn gets any credit; the write-up uses 0.3 and 0.7"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _policy_plays(self) -> AgenticSection:
+        """Training needs a role for the trained policy; `ascent eval` in agentic mode (with
+        enabled = false) may serve every role by an API."""
+        if self.enabled and not self.roles.by_source("policy"):
+            raise ValueError(
+                "[agentic.roles]: no role is played by the trained policy; "
+                'set e.g. solver = "policy"'
             )
         return self
 

@@ -16,6 +16,9 @@ The layout is the one the write-ups use, so their snippets load as written:
     api_key_env = "SOLVER_API_KEY"
     fallback = "meta-llama/llama-3.3-70b-instruct"
 
+`base_url_env = "NAME"` reads the root from that variable (or the `.env` beside the config,
+as keys are), instead of base_url, so that both URL and key can live in `.env`.
+
 A base_url without a version segment gets `/v1` (so `.../api` works); a root that serves
 `/chat/completions` itself (https://api.perplexity.ai) needs `append_v1 = false`, in `[api]`
 or the role's table. Any `<role>_model` key names a role. A key pasted where a variable name
@@ -35,6 +38,23 @@ from ascent.config.base import Section
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 MODEL_SUFFIX = "_model"
+# Prefixes providers give their keys (OpenAI sk-, Groq gsk_, Hugging Face hf_, Google AIza...).
+KEY_PREFIX = re.compile(
+    r"^(?:sk|pk|rk|ak|gsk|hf|fw|key)[-_][A-Za-z0-9_\-*.]{6,}|^AIza[A-Za-z0-9_\-]{20,}"
+)
+
+
+def key_shaped(token: str) -> bool:
+    """A known key prefix, or a long random-looking run (not a hyphenated model name)."""
+    if KEY_PREFIX.match(token):
+        return True
+    return (
+        len(token) >= 24
+        and re.fullmatch(r"[A-Za-z0-9_\-]+", token) is not None
+        and token.count("-") <= 2
+        and any(c.isdigit() for c in token)
+        and any(c.isalpha() for c in token)
+    )
 
 
 def mask_secret(value: str) -> str:
@@ -122,6 +142,11 @@ class ApiSection(Section):
         description="Add /v1 to a base_url with no version segment; false for a version-less "
         "root such as https://api.perplexity.ai.",
     )
+    base_url_env: str = Field(
+        "",
+        description="NAME of the variable (or .env entry) holding the API root, read instead "
+        "of base_url (the two are exclusive); '' = use base_url.",
+    )
     api_key_env: str = Field(
         "OPENAI_API_KEY",
         description="NAME of the variable (or .env entry) holding the key; '' = no key needed.",
@@ -158,6 +183,30 @@ class ApiSection(Section):
     @classmethod
     def _key_env(cls, value: str) -> str:
         return check_key_env_name(value, "[api]")
+
+    @field_validator("base_url_env")
+    @classmethod
+    def _url_env(cls, value: str) -> str:
+        if value and re.match(r"^\w+://", value):
+            raise ValueError(
+                "[api] base_url_env holds a URL, not a variable name; write the URL as "
+                "base_url, or put it in a variable (or .env) and write its NAME here"
+            )
+        if value and not ENV_NAME.match(value):
+            raise ValueError(
+                f"[api] base_url_env: {value!r} is not an environment variable name (letters, "
+                'digits and _, not starting with a digit), e.g. base_url_env = "OPENAI_BASE_URL"'
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_base_url(self) -> ApiSection:
+        if self.base_url_env and self.explicitly_set("base_url"):
+            raise ValueError(
+                f"[api] base_url_env: base_url is set too; keep one of the two (base_url_env "
+                f"reads the URL from {self.base_url_env})"
+            )
+        return self
 
 
 class RoleSection(Section):
@@ -198,9 +247,9 @@ def _role_table(role: str, value: Any) -> RoleSection:
             raise ValueError(
                 f"{where} {key}: must be {'true or false' if kind is bool else 'a string'}"
             )
-        if key == "api_key_env":
+        if key == "api_key_env" and item is not None:  # None: a stage's copy of an unset key
             check_key_env_name(item, where)
-        if key == "base_url":
+        if key == "base_url" and item is not None:
             check_base_url(item, where)
     try:
         return RoleSection.model_validate(value)

@@ -5,35 +5,27 @@ rollouts, 10 epochs of 64-sample minibatches, gamma 0.99, lambda 0.95, clip 0.2,
 `examples/ppo_cartpole.toml` spells them out; `examples/ppo_cartpole_fast.toml` is the tuned
 recipe.
 
-An optional `settings.json` beside the config file carries machine-specific runtime settings
+An optional `settings.json` beside the config file carries the machine's runtime settings
 (where runs are written, device, threads, deterministic kernels), so one recipe can be shared
-between machines. `merge_settings_json` folds it into `[run]`; a key the TOML (or `--set`)
-gives wins, and `ascent config show` prints the merged result.
+between machines: `ascent/config/settings_json.py` reads it.
+
+`[api]`, `[models]` and `[assistant]` are the LLM config's sections (`ascent/config/api.py`):
+in a classic run the only API role is the log assistant's, which reads the metrics every
+`log_interval` updates. (The write-up's `[service]` is refused by the loader with where each
+of its keys lives in `[api]` / `[models]`: `ascent/config/aliases.py`.)
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import math
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
 from ascent.config.run import LoggingSection, RunSection
-from ascent.errors import ConfigError, did_you_mean
-
-SETTINGS_FILE = "settings.json"
-# settings.json key -> [run] key. Checkpoints always live in <output_dir>/<name>/checkpoints,
-# so "paths for logs and checkpoints" is the one output_dir.
-SETTINGS_KEYS = {
-    "output_dir": "output_dir",
-    "device": "device",
-    "threads": "threads",
-    "deterministic": "deterministic",
-}
 
 
 class EnvSection(Section):
@@ -154,6 +146,17 @@ class ClassicConfig(Section):
     logging: LoggingSection = Field(
         default_factory=LoggingSection, description="Metrics and trackers."
     )
+    api: ApiSection = Field(
+        default_factory=ApiSection, description="OpenAI-compatible endpoint of the log assistant."
+    )
+    models: ModelsSection = Field(
+        default_factory=ModelsSection,
+        description="The log assistant's model (analyst_model); no other role is called.",
+    )
+    assistant: AssistantSection = Field(
+        default_factory=AssistantSection,
+        description="Log assistant: three sentences on the metrics every log_interval updates.",
+    )
 
     @property
     def transitions_per_update(self) -> int:
@@ -197,6 +200,30 @@ class ClassicConfig(Section):
                 "[logging] sample_every / num_samples: classic PPO runs have no completions "
                 "to sample; remove the key (use `ascent eval RUN_DIR` to watch the policy)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _assistant_role(self) -> ClassicConfig:
+        """The log assistant's role is the only API role a classic run calls."""
+        role, roles = self.assistant.role, self.models.roles()
+        other = [name for name in roles if name != role]
+        if other:
+            raise ValueError(
+                f"[models] {other[0]}: a classic PPO run calls an API only for the log "
+                f"assistant ([assistant] role = {role!r}); remove this role"
+            )
+        if self.assistant.enabled and not roles.get(role, (None,))[0]:
+            raise ValueError(
+                f'[assistant] role: {role!r} has no model; add {role}_model = "name" to '
+                "[models] or set [assistant] enabled = false"
+            )
+        unused = [f"[{name}]" for name in ("api", "models") if self.explicitly_set(name)]
+        if unused and not self.assistant.enabled:
+            verb = "have" if len(unused) > 1 else "has"
+            self._warnings = [
+                f"{' and '.join(unused)} {verb} no effect: a classic PPO run calls an API only "
+                "for the log assistant, and [assistant] enabled = false"
+            ]
         return self
 
     @property
@@ -284,47 +311,3 @@ def check_env(env_id: str) -> None:
     env.close()
     if problem is not None:
         raise ValueError(f"[env] id {env_id!r}: {problem}")
-
-
-def merge_settings_json(
-    raw: dict[str, Any], config_path: Path | None
-) -> tuple[dict[str, Any], list[str]]:
-    """Fold an optional settings.json beside the config into the raw TOML data (TOML wins).
-
-    settings.json is a flat JSON object with any of: output_dir (where run directories with
-    their logs and checkpoints go), device, threads, deterministic. Each fills the `[run]` key
-    of the same name unless the TOML file or a `--set` override already gives it. Returns the
-    merged data and a note per key taken from settings.json (`ascent config show` prints them).
-    """
-    if config_path is None:
-        return raw, []
-    path = Path(config_path).parent / SETTINGS_FILE
-    if not path.is_file():
-        return raw, []
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: invalid JSON: {err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text; save it as UTF-8 JSON") from None
-    except (RecursionError, ValueError):  # ValueError: an integer of 4300+ digits
-        raise ConfigError(f"{path}: nested too deeply or a number too long to read") from None
-    if not isinstance(settings, dict):
-        raise ConfigError(f'{path}: expected a JSON object such as {{"device": "cpu"}}')
-    for key in settings:
-        if key not in SETTINGS_KEYS:
-            raise ConfigError(
-                f"{path}: unknown key {key!r}{did_you_mean(key, SETTINGS_KEYS)}; valid keys: "
-                f"{', '.join(SETTINGS_KEYS)} (checkpoints are written under "
-                "output_dir/<run name>/checkpoints)"
-            )
-    run = raw.get("run", {})
-    if not isinstance(run, dict):
-        return raw, []  # [run] is not a table: validation reports it
-    merged = {SETTINGS_KEYS[k]: v for k, v in settings.items()}
-    notes = [
-        f"run.{key} = {json.dumps(value)} from {path}"
-        + (" (overridden by the TOML)" if key in run else "")
-        for key, value in merged.items()
-    ]
-    return {**raw, "run": {**merged, **run}}, notes

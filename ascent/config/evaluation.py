@@ -7,7 +7,21 @@
     num_samples = 4
     pass_k = [1, 4]
 
-Checks that need other sections (the role exists in [models]) run when the evaluation starts,
+    [eval]                  # the evaluation round of agentic GRPO
+    problems = "ascent:code_contests_rated"
+    mode = "agentic"        # one episode per problem, roles from [agentic.roles]: pass rate
+                            # at the first attempt and after feedback
+    rating_bands = [[0, 1200], [1200, 1800]]
+    only_bands = true       # evaluate only the problems rated inside those bands
+
+    [eval.test_time_rl]     # with mode = "agentic": a few GRPO updates per problem on the
+    enabled = true          # policy's own attempts (scored on sample tests and confirmed
+    steps = 4               # generated tests, never the hidden ones) before it answers;
+    group_size = 8          # pass@1 without and with, on the same problems
+    lr = 1e-6
+
+Checks that need other sections (the role exists in [models], agentic roles and the local
+policy agree, the test-time updates' roles and algorithm) run when the evaluation starts,
 before any request is sent.
 """
 
@@ -24,16 +38,89 @@ from ascent.config.base import Section
 DEFAULT_BANDS = [(0, 1200), (1200, 1800), (1800, 2400), (2400, 4000)]
 PROBLEM_PLACEHOLDER = "{problem}"
 _ROLE = re.compile(r"^[a-z][a-z0-9_]*$")
+HELD_OUT = "data:held_out"  # [eval] problems: the [data] section's held-out split
+
+
+class TestTimeRLSection(Section):
+    """`[eval.test_time_rl]`: GRPO updates on the policy's own attempts before it answers.
+
+    Attempts are scored on sample tests and confirmed generated tests, never hidden ones;
+    what is refused with other sections is checked when the evaluation starts
+    (`ascent.evaluation.test_time_run`)."""
+
+    enabled: bool = Field(
+        False,
+        description="Before answering, adapt the local policy to each problem (or band) with "
+        "GRPO on its own attempts, scored only on the sample tests and the generated tests the "
+        "reference solution confirms (never the hidden tests); report pass@1 (one greedy "
+        'answer) without and with it. Needs mode = "agentic" and policy = "local".',
+    )
+    scope: Literal["problem", "band"] = Field(
+        "problem",
+        description="problem: the original weights are restored after every problem; band: "
+        "updates carry over from problem to problem within a band of the results table (in "
+        "file order) and the weights are restored between bands.",
+    )
+    steps: int = Field(
+        4,
+        ge=1,
+        description="GRPO updates per problem: each samples group_size fresh attempts from "
+        "the current weights and takes one optimiser step on them (skipped when every attempt "
+        "scores the same: no signal).",
+    )
+    group_size: int = Field(
+        8,
+        ge=2,
+        description="Attempts per update (one GRPO group; at least 2: a lone attempt has no "
+        "baseline).",
+    )
+    lr: float = Field(
+        1e-6,
+        gt=0.0,
+        description="Learning rate of the test-time updates (constant; AdamW with [optim] "
+        "betas, eps and weight_decay, fresh whenever the weights are restored).",
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0.0,
+        le=2.0,
+        description="Sampling temperature of the attempts (the loss uses the same); the "
+        "answers are greedy.",
+    )
+
+    @model_validator(mode="after")
+    def _idle_when_off(self) -> TestTimeRLSection:
+        if not self.enabled:
+            keys = [k for k in type(self).model_fields if k != "enabled"]
+            for key in keys:
+                if self.explicitly_set(key):
+                    raise ValueError(
+                        f"[eval.test_time_rl] {key} does nothing while test-time RL is off; "
+                        "set enabled = true or remove the key"
+                    )
+        return self
 
 
 class EvalSection(Section):
     """`[eval]`: which policy `ascent eval` runs on which problem set, and how it is scored."""
 
+    mode: Literal["single", "agentic"] = Field(
+        "single",
+        description="single: num_samples independent completions per problem (pass@k); "
+        "agentic: one multi-role episode per code problem (hypothesis -> solver -> test "
+        "generator -> verify -> summarize, up to [agentic] max_turns; roles from "
+        "[agentic.roles]), the submitted program judged on the hidden tests, reported at the "
+        "first attempt and after feedback.",
+    )
     problems: str = Field(
         "",
         description="JSONL problem file (.jsonl or .jsonl.gz), or a bundled set: "
-        "ascent:code_contests_sample, ascent:humaneval, ascent:gsm8k_test; a relative path is "
-        "looked up from the current directory, then beside the config file.",
+        "ascent:code_contests_sample, ascent:code_contests_rated, ascent:humaneval, "
+        "ascent:gsm8k_test; a relative path is "
+        "looked up from the current directory, then beside the config file. "
+        f'"{HELD_OUT}" (test-time RL only): the held-out split of [data] (eval_size '
+        "problems of a built-in task such as arithmetic, or of [data] path), seen through "
+        "its agentic format.",
     )
     format: Literal["auto", "code_contests", "humaneval", "code", "math"] = Field(
         "auto",
@@ -78,18 +165,35 @@ class EvalSection(Section):
     max_problem_chars: int = Field(
         0,
         ge=0,
-        description="Cut problem statements to this many characters (0: never); only for "
-        "small-context models such as ascent:tiny, which then cannot solve anything.",
+        description="Cut problem statements (agentic mode: the statement with its sample "
+        "tests, as roles read it) to this many characters (0: never); only for small-context "
+        "models such as ascent:tiny, which then cannot solve anything.",
+    )
+    role_instructions: bool = Field(
+        True,
+        description="Agentic mode: send each role its built-in instructions (a system "
+        "message); false: only the problem, the transcript and the request, for small-context "
+        "models such as ascent:tiny.",
     )
     rating_bands: list[tuple[int, int]] = Field(
         default_factory=lambda: list(DEFAULT_BANDS),
         description="Rating bands [low, high) of the results table (the last includes high); "
         "problems without a rating are grouped by their difficulty label.",
     )
+    only_bands: bool = Field(
+        False,
+        description="Evaluate only the problems whose rating lies in a rating band; those "
+        "without a rating or outside every band are skipped and counted (limit then counts "
+        "the problems kept).",
+    )
     output_dir: str = Field(
         "",
         description="Where eval_results.json and transcripts.jsonl go; empty: "
-        "RUN_DIR/eval/<problem file stem>.",
+        "RUN_DIR/eval/<problem file stem> (held_out for data:held_out).",
+    )
+    test_time_rl: TestTimeRLSection = Field(
+        default_factory=TestTimeRLSection,
+        description="Test-time RL before answering (agentic mode, local policy).",
     )
 
     @field_validator("pass_k")
@@ -157,4 +261,47 @@ class EvalSection(Section):
                 "[eval] role: only policy = 'api' uses a [models] role; remove the key or "
                 'set policy = "api"'
             )
+        if self.mode == "agentic":
+            self._agentic_keys()
+        elif self.explicitly_set("role_instructions"):
+            raise ValueError(
+                '[eval] role_instructions: only mode = "agentic" has roles; remove the key'
+            )
+        self._test_time_keys()
         return self
+
+    def _test_time_keys(self) -> None:
+        """What test-time RL needs of [eval], and the [eval] keys it has no use for."""
+        if not self.test_time_rl.enabled:
+            if self.problems == HELD_OUT:
+                raise ValueError(
+                    f'[eval] problems: "{HELD_OUT}" is read only by test-time RL; set '
+                    "[eval.test_time_rl] enabled = true, or name a problem file"
+                )
+            return
+        if self.mode != "agentic":
+            raise ValueError(
+                "[eval.test_time_rl]: test-time RL scores attempts the way agentic episodes "
+                "do (sample tests, generated tests confirmed by the reference solution); set "
+                '[eval] mode = "agentic"'
+            )
+        if self.policy == "api":
+            raise ValueError(
+                "[eval.test_time_rl]: test-time RL updates the policy's weights, and an API "
+                'policy has none here; set [eval] policy = "local" (the run directory, '
+                "--checkpoint or [model]), or enabled = false"
+            )
+
+    def _agentic_keys(self) -> None:
+        """Keys single completions use that an agentic episode has no place for."""
+        why = {
+            "num_samples": "it runs one episode per problem; remove the key (or set it to 1)",
+            "pass_k": "it reports pass at the first attempt and after feedback; remove the key",
+            "role": "its roles are [agentic.roles] (an API role's model is <role>_model in "
+            "[models]); remove the key",
+            "prompt_template": "each role reads its own prompt; remove the key (for a "
+            "small-context model: role_instructions = false and max_problem_chars)",
+        }
+        for key, reason in why.items():
+            if self.explicitly_set(key):
+                raise ValueError(f'[eval] {key}: mode = "agentic" does not use it: {reason}')

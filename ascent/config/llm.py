@@ -98,7 +98,9 @@ class RolloutSection(Section):
     )
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold (1.0: off).")
-    top_k: int = Field(0, ge=0, description="Top-k sampling (0: off).")
+    top_k: int = Field(
+        0, ge=-1, description="Top-k sampling (0 or -1: off, as in vLLM; -1 is read as 0)."
+    )
     max_new_tokens: int = Field(4096, ge=1, description="Longest completion, in tokens.")
     async_workers: int = Field(
         8, ge=1, description="Requests / episodes in flight at once (API roles, agentic rollouts)."
@@ -121,6 +123,11 @@ class RolloutSection(Section):
     )
 
     model_config = ConfigDict(populate_by_name=True)
+
+    @field_validator("top_k")
+    @classmethod
+    def _minus_one_is_off(cls, value: int) -> int:
+        return max(value, 0)  # the write-ups' and vLLM's -1; every reader tests 0 for off
 
     @model_validator(mode="after")
     def _vllm_settings_need_vllm(self) -> RolloutSection:

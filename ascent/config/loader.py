@@ -18,8 +18,10 @@ from typing import Any
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
-from ascent.config.classic import SETTINGS_FILE, ClassicConfig, merge_settings_json
+from ascent.config import aliases
+from ascent.config.classic import ClassicConfig
 from ascent.config.llm import LLMConfig
+from ascent.config.settings_json import SETTINGS_FILE, merge_settings_json
 from ascent.errors import ConfigError, did_you_mean
 
 if sys.version_info >= (3, 11):
@@ -41,11 +43,12 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyCo
         key = _apply_override(raw, item)
         override_keys.add(key)
     notes: list[str] = []
+    warnings: list[str] = []  # settings.json's paths ascent does not follow
     origins = {key: "--set" for key in override_keys}  # where a key's value came from
     if "env" in raw:
         config_path = Path(path) if path is not None else None
         given = raw.get("run")
-        raw, notes = merge_settings_json(raw, config_path)
+        raw, notes, warnings = merge_settings_json(raw, config_path)
         if notes and config_path is not None:  # [run] keys the TOML left out: settings.json's
             settings = str(config_path.parent / SETTINGS_FILE)
             taken = {k: v for k, v in raw["run"].items() if k not in (given or {})}
@@ -57,13 +60,38 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyCo
     run = raw.setdefault("run", {})
     if isinstance(run, dict) and not run.get("name"):  # not a table: validation says so
         run["name"] = Path(path).stem if path is not None else Path(BUILTIN_RECIPE).stem
+    return _validate(raw, source, root, origins, notes, warnings)
+
+
+def config_from_data(raw: dict[str, Any], source: str) -> AnyConfig:
+    """Validate config data already read (no file, no settings.json, no overrides); raise
+    `ConfigError` with the same one-line message `load_config` gives."""
+    _refuse_huge_integers(raw, source)
+    root: type[BaseModel] = ClassicConfig if "env" in raw else LLMConfig
+    return _validate(raw, source, root, {}, [])
+
+
+def _validate(
+    raw: dict[str, Any],
+    source: str,
+    root: type[BaseModel],
+    origins: dict[str, str],
+    notes: list[str],
+    warnings: Sequence[str] = (),
+) -> AnyConfig:
     try:
         cfg = root.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_describe(err, source, root, origins)) from None
     cfg._source = source
     cfg._notes = notes
+    cfg._warnings = [*warnings, *cfg._warnings]
     return cfg
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML config file as a dict (no validation); one-line `ConfigError` when unreadable."""
+    return _read(path)[1]
 
 
 def _read(path: str | Path | None) -> tuple[str, dict[str, Any]]:
@@ -73,6 +101,11 @@ def _read(path: str | Path | None) -> tuple[str, dict[str, Any]]:
     else:
         p = Path(path)
         source = str(p)
+        if p.suffix.lower() in (".yaml", ".yml") and p.is_file():
+            raise ConfigError(
+                f"{source}: ascent configs are TOML; `ascent config migrate {source}` rewrites "
+                "this YAML as an ascent config"
+            )
         try:
             if not p.is_file():
                 hint = " (it is a directory)" if p.is_dir() else ""
@@ -189,6 +222,55 @@ def _bracketed(hint: str) -> str:
     return hint.replace("'", "[", 1).replace("'", "]", 1) if hint else hint
 
 
+def _kind(root: type[BaseModel]) -> aliases.Kind:
+    return "classic" if root is ClassicConfig else "llm"
+
+
+def _alias_hint(key: str, section: str, kind: aliases.Kind) -> str:
+    """` (did you mean [rollout] group_size? TRL's ...)` for a key ascent does not know in
+    `section`: a write-up's, TRL's or verl's name, or ascent's own name in another section."""
+    found = aliases.resolve(key, section, kind)
+    if found is None:
+        return ""
+    if isinstance(found, tuple):
+        return f" (did you mean {aliases.labels(found)}?)"
+    if not found.targets:
+        return f" (no ascent equivalent: {found.note}; remove it)"
+    note = f" {found.note}" if found.note else ""
+    return f" (did you mean {aliases.labels(found.targets)}?{note})"
+
+
+def _key_hint(name: str, loc: Sequence[Any], root: type[BaseModel], valid: list[str]) -> str:
+    """Where an unknown key belongs: an alias or the same name in another section, else the
+    closest key of this section."""
+    section = ".".join(str(p) for p in loc if not isinstance(p, int))
+    return _alias_hint(name, section, _kind(root)) or did_you_mean(name, valid)
+
+
+def _section_hint(
+    name: str, table: Any, root: type[BaseModel], source: str, valid: list[str]
+) -> str:
+    """A section the write-ups use (`[grpo]`, `[training]`): where each of its keys goes and
+    how to rewrite the file; a typo of an ascent section: the section meant."""
+    note = aliases.section_note(name)
+    close = _bracketed(did_you_mean(name, valid))
+    if note is None and close:
+        return close
+    parts = []
+    for key in table if isinstance(table, dict) else ():
+        found = aliases.resolve(str(key), name, _kind(root))
+        targets = found.targets if isinstance(found, aliases.Alias) else found
+        if found is not None:
+            parts.append(f"{key} -> {aliases.labels(targets) or 'no equivalent'}")
+    if not parts and note is None:
+        return ""
+    shown = ", ".join(parts[:8]) + (f" and {len(parts) - 8} more" if len(parts) > 8 else "")
+    keys = f"; here {shown}" if shown else ""
+    rewrite = f"; `ascent config migrate {source}` rewrites the file"
+    rewrite = rewrite if source != BUILTIN_SOURCE else ""
+    return f" ({note or f'ascent has no [{name}]'}{keys}{rewrite})"
+
+
 def _describe(
     err: ValidationError, source: str, root: type[BaseModel], origins: dict[str, str]
 ) -> str:
@@ -208,15 +290,20 @@ def _describe(
         parent = _model_at(root, loc[:-1])
         valid = list(parent.model_fields) if parent else []
         name = str(loc[-1])
-        if len(loc) == 1:
+        given = first.get("input")
+        top_hint = _alias_hint(name, "", _kind(root)) if len(loc) == 1 else ""
+        if len(loc) == 1 and not isinstance(given, dict) and top_hint:  # flat, as TRL writes
             msg = (
-                f"unknown section [{name}]{_bracketed(did_you_mean(name, valid))}; "
-                f"valid sections: {', '.join(valid)}"
+                f"unknown key '{name}' at the top level{top_hint}; ascent's keys live in "
+                f"sections: {', '.join(valid)}"
             )
+        elif len(loc) == 1:
+            hint = _section_hint(name, given, root, source, valid)
+            msg = f"unknown section [{name}]{hint}; valid sections: {', '.join(valid)}"
         else:
             msg = (
-                f"unknown key '{name}' in {_section_label(loc[:-1])}{did_you_mean(name, valid)}; "
-                f"valid keys: {', '.join(valid)}"
+                f"unknown key '{name}' in {_section_label(loc[:-1])}"
+                f"{_key_hint(name, loc[:-1], root, valid)}; valid keys: {', '.join(valid)}"
             )
         return f"{source}: {msg}{origin}{tail}"
     text = first["msg"]
@@ -231,9 +318,10 @@ def _describe(
     got_text = f" (got {shown})" if shown is not None else ""
     if kind == "model_type":  # a value where a section belongs: `run = 1`
         header = f"[[{dotted}]]" if isinstance(loc[-1], int) else f"[{dotted}]"
+        hint = _alias_hint(dotted, "", _kind(root)) if len(loc) == 1 else ""  # TRL's optim
         return (
-            f"{source}: {dotted} must be a table of keys, not a value{got_text}; write it as a "
-            f"{header} section{origin}{tail}"
+            f"{source}: {dotted} must be a table of keys, not a value{got_text}{hint}; write it "
+            f"as a {header} section{origin}{tail}"
         )
     return f"{source}: {label} {field}: {text}{got_text}; fix the value{origin}{tail}"
 

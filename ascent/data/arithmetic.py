@@ -15,9 +15,14 @@ from ascent.data.problems import Problem, is_held_out
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
+def evaluate(a: int, op: str, b: int) -> int:
+    """The result of `a op b` (op one of + - *)."""
+    return _APPLY[op](a, b)
+
+
 def arithmetic_problem(a: int, op: str, b: int, digits: int) -> Problem:
     key = f"{a:0{digits}d}{op}{b:0{digits}d}"
-    return Problem(key=key, prompt=f"{key}=", answer=str(_APPLY[op](a, b)))
+    return Problem(key=key, prompt=f"{key}=", answer=str(evaluate(a, op, b)))
 
 
 ENUMERATE_LIMIT = 2_000_000  # problem spaces up to this size are listed, not sampled

@@ -16,6 +16,7 @@ BUNDLED = {
     "gsm8k_test": "gsm8k_test.jsonl",
     "humaneval": "humaneval.jsonl.gz",
     "code_contests_sample": "code_contests_sample.jsonl",
+    "code_contests_rated": "code_contests_rated.jsonl",
 }
 
 

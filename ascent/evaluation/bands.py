@@ -8,14 +8,16 @@ says so; a problem with neither is "unrated".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 BandKind = Literal["rating", "label", "outside", "unrated"]
 # CodeChef-style words in increasing difficulty; other labels sort alphabetically after them.
 WORD_ORDER = ("EASY", "MEDIUM", "MEDIUM_HARD", "HARD", "VERY_HARD")
 NO_RATING = " (no rating)"
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -61,3 +63,53 @@ def label_note(bands: Sequence[Band]) -> str | None:
         "no rating in the data: rows 'X (no rating)' group problems by their difficulty label "
         "(a Codeforces problem letter or a CodeChef level), which is not a rating band"
     )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Problems `[eval] only_bands` left out: without a rating, or rated outside every band."""
+
+    no_rating: int = 0
+    outside: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.no_rating + self.outside
+
+    def to_json(self) -> dict[str, int]:
+        return {"no_rating": self.no_rating, "outside_bands": self.outside}
+
+    def note(self) -> str | None:
+        if not self.total:
+            return None
+        return (
+            f"only_bands: {self.total} problem(s) of the file skipped: {self.no_rating} without "
+            f"a rating, {self.outside} rated outside every band"
+        )
+
+
+def in_bands(problems: Sequence[P], bands: Sequence[tuple[int, int]]) -> tuple[list[P], Skipped]:
+    """The problems whose `rating` lies in one of `bands`, and the count of the others."""
+    kept: list[P] = []
+    no_rating = outside = 0
+    for problem in problems:
+        rating: Any = getattr(problem, "rating", None)
+        if rating is None:
+            no_rating += 1
+        elif band_of(rating, None, bands).kind == "rating":
+            kept.append(problem)
+        else:
+            outside += 1
+    return kept, Skipped(no_rating, outside)
+
+
+def rows_by_band(
+    results: Sequence[R], band: Callable[[R], Band], row: Callable[[str, str, list[R]], Any]
+) -> list[Any]:
+    """One table row per band in table order, then the row for all problems: every results
+    table (pass@k, agentic, test-time RL) groups the same way."""
+    groups: dict[Band, list[R]] = {}
+    for result in results:
+        groups.setdefault(band(result), []).append(result)
+    rows = [row(b.label, b.kind, groups[b]) for b in sorted(groups, key=Band.sort_key)]
+    return [*rows, row("all", "all", list(results))]

@@ -44,7 +44,7 @@ from ascent.data.files import DIFFICULTY_COLUMN, row_to_problem
 from ascent.data.problems import Problem as DataProblem
 from ascent.data.problems import render_prompt
 from ascent.errors import AscentError, ConfigError
-from ascent.evaluation.harness import _all_or_first_error
+from ascent.evaluation.harness import all_or_first_error
 from ascent.evaluation.policy import MAX_TOKENS_HINT, Endpoint, open_endpoint
 from ascent.evaluation.problem_set import MathProblem, Problem
 from ascent.evaluation.scoring import Scorer, make_scorer
@@ -141,7 +141,10 @@ def grade_rows(
     console = console or Console(stderr=True, soft_wrap=True)
     cfg = sampling_config(cfg)
     if cfg.rollout.top_k:
-        console.print("note: [rollout] top_k is not applied when grading (requests have no top_k)")
+        console.print(
+            "note: [rollout] top_k is not applied when grading (requests have no top_k)",
+            markup=False,
+        )
     start = time.monotonic()
     scorers: dict[str, Scorer] = {}
     try:
@@ -253,7 +256,7 @@ async def _grade_all(
     workers = max(1, -(-2 * endpoint.client.concurrency // k))  # ceil: 2x the requests in flight
     async with endpoint.client:
         with progress:
-            await _all_or_first_error(
+            await all_or_first_error(
                 [asyncio.create_task(worker()) for _ in range(min(workers, len(items)))]
             )
     return passes

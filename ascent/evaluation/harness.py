@@ -3,6 +3,11 @@
     run = run_eval(cfg, run_dir=None)          # what `ascent eval CONFIG` does
     print_summary(run)                         # the band table (ascent.evaluation.table)
 
+`[eval] mode = "agentic"` runs one multi-role episode per problem instead
+(`ascent.evaluation.agentic`), and `[eval.test_time_rl] enabled = true` adapts the policy to
+each problem before it answers (`ascent.evaluation.test_time_run`); what follows is the
+single-completion mode.
+
 Every problem is a task on one event loop. Its `num_samples` requests go out at once; the
 `ApiClient` keeps `[rollout] async_workers` of all requests in flight (a local policy batches
 as many into one generate call), and each completion is judged the moment it arrives, in the
@@ -16,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,13 +34,17 @@ from ascent.evaluation.problem_set import (
     ProblemSet,
     Prompt,
     check_language,
-    load_problem_set,
     render_prompt,
     resolve_problems_path,
+    select_problems,
 )
 from ascent.evaluation.results import ProblemResult, band_rows, notes, write_results
 from ascent.evaluation.scoring import Judged, Scorer, make_scorer
 from ascent.observe.progress import TrainProgress
+
+if TYPE_CHECKING:
+    from ascent.evaluation.agentic_results import AgenticRun
+    from ascent.evaluation.test_time_results import AdaptedRun
 
 REPORTED_FAILURES = 5  # problems whose failed requests are printed as they happen
 
@@ -63,12 +72,18 @@ def run_eval(
     run_dir: Path | None = None,
     checkpoint: Path | None = None,
     console: Console | None = None,
-) -> EvalRun:
+) -> EvalRun | AgenticRun | AdaptedRun:
     """Evaluate `[eval] policy` on `[eval] problems`; write results and transcripts."""
+    if cfg.eval.test_time_rl.enabled:
+        from ascent.evaluation.test_time_run import run_test_time_rl
+
+        return run_test_time_rl(cfg, run_dir=run_dir, checkpoint=checkpoint, console=console)
+    if cfg.eval.mode == "agentic":
+        from ascent.evaluation.agentic import run_agentic_eval
+
+        return run_agentic_eval(cfg, run_dir=run_dir, checkpoint=checkpoint, console=console)
     ev = cfg.eval
-    problem_set = load_problem_set(
-        resolve_problems_path(ev.problems, cfg.source), ev.format, ev.limit
-    )
+    problem_set, skipped = select_problems(resolve_problems_path(ev.problems, cfg.source), ev)
     check_language(problem_set, ev)
     out_dir = output_dir(cfg, run_dir, problem_set.path)
     console = console or Console(stderr=True, soft_wrap=True)
@@ -82,13 +97,16 @@ def run_eval(
     finally:
         scorer.close()
     header = _header(cfg, problem_set, endpoint.info, time.monotonic() - start)
+    if ev.only_bands:
+        header["skipped"] = skipped.to_json()
     header["usage"] = usage.to_dict()
-    path = write_results(out_dir, header, results, ev.pass_k)
+    extra = [n for n in [skipped.note()] if n]
+    path = write_results(out_dir, header, results, ev.pass_k, extra)
     return EvalRun(
         path,
         header,
         band_rows(results, ev.pass_k),
-        notes(results),
+        notes(results) + extra,
         results,
         usage.summary_lines(),
     )
@@ -123,7 +141,7 @@ async def _evaluate(
         if result.errors and tally["reported"] < REPORTED_FAILURES:
             tally["reported"] += 1
             for error in result.errors:
-                progress.print(escape(f"problem {result.problem.id}: {error}"))
+                progress.print(f"problem {result.problem.id}: {error}")
             if tally["reported"] == REPORTED_FAILURES:
                 progress.print("further failed requests are recorded in eval_results.json only")
         progress.update(tally["done"], tally)
@@ -136,11 +154,11 @@ async def _evaluate(
                 )
                 for problem in problem_set.problems
             ]
-            await _all_or_first_error(tasks)
+            await all_or_first_error(tasks)
     return [task.result() for task in tasks]
 
 
-async def _all_or_first_error(tasks: Sequence[asyncio.Task[Any]]) -> None:
+async def all_or_first_error(tasks: Sequence[asyncio.Task[Any]]) -> None:
     """Wait for every task; on the first exception cancel the rest and raise it."""
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

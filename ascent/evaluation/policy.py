@@ -149,9 +149,22 @@ def _local_server(
 
 def load_local_policy(cfg: LLMConfig, run_dir: Path | None, checkpoint: Path | None) -> Any:
     """`--checkpoint`, else the run directory's model, else `[model]`, as a `LocalPolicy`."""
-    from ascent.api.local_policy import TOKENIZER_FILES, LocalPolicy, find_model_dir, run_tokenizer
+    from ascent.api.local_policy import LocalPolicy
     from ascent.models import load_reference, load_tokenizer
     from ascent.train.runtime import setup_runtime
+
+    section, name = local_model_section(cfg, run_dir, checkpoint)
+    device = setup_runtime(cfg.run)
+    model = load_reference(section, device)
+    return LocalPolicy(model, load_tokenizer(section), name, section.name_or_path)
+
+
+def local_model_section(
+    cfg: LLMConfig, run_dir: Path | None, checkpoint: Path | None
+) -> tuple[Any, str]:
+    """The `[model]` section that loads the local policy (`--checkpoint`, else the run
+    directory's model, else `[model]` itself), and the name results record it by."""
+    from ascent.api.local_policy import TOKENIZER_FILES, find_model_dir, run_tokenizer
 
     section = cfg.model.model_copy(update={"ref_model": None})
     name = cfg.model.name_or_path
@@ -164,6 +177,4 @@ def load_local_policy(cfg: LLMConfig, run_dir: Path | None, checkpoint: Path | N
             update={"name_or_path": str(model_dir), "tokenizer": tokenizer}
         )
         name = Path(target).resolve().name
-    device = setup_runtime(cfg.run)
-    model = load_reference(section, device)
-    return LocalPolicy(model, load_tokenizer(section), name, section.name_or_path)
+    return section, name

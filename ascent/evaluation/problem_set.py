@@ -8,7 +8,7 @@ row's fields unless `[eval] format` names it; every row must then be in that for
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from ascent.data.code_problems import (
     read_jsonl,
 )
 from ascent.errors import AscentError, ConfigError
+from ascent.evaluation.bands import Skipped, in_bands
 
 LANGUAGE_LABELS = {"python": "Python 3", "cpp": "C++17"}
 STDIO_PROMPT = (
@@ -106,6 +107,22 @@ def load_problem_set(path: Path, fmt: str = "auto", limit: int = 0) -> ProblemSe
     if fmt == "math":
         return ProblemSet(path, fmt, list(_load_math(path, limit)))
     return ProblemSet(path, fmt, list(load_code_problems(path, fmt, limit)))
+
+
+def select_problems(path: Path, cfg: EvalSection) -> tuple[ProblemSet, Skipped]:
+    """The problems `[eval]` evaluates: the first `limit` (0: all) of the file; with
+    only_bands, the first `limit` of those rated inside a rating band (the others counted)."""
+    if not cfg.only_bands:
+        return load_problem_set(path, cfg.format, cfg.limit), Skipped()
+    everything = load_problem_set(path, cfg.format)
+    kept, skipped = in_bands(everything.problems, cfg.rating_bands)
+    if not kept:
+        raise AscentError(
+            f"{path}: no problem is rated inside [eval] rating_bands ({skipped.no_rating} "
+            f"without a rating, {skipped.outside} outside every band); widen rating_bands, "
+            "or set only_bands = false"
+        )
+    return replace(everything, problems=kept[: cfg.limit or None]), skipped
 
 
 def _detect(path: Path) -> str:
@@ -205,4 +222,5 @@ __all__ = [
     "load_problem_set",
     "render_prompt",
     "resolve_problems_path",
+    "select_problems",
 ]

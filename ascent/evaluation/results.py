@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascent.evaluation.bands import Band, label_note
+from ascent.evaluation.bands import Band, label_note, rows_by_band
 from ascent.evaluation.passk import mean_pass_at_k, pass_at_k
 from ascent.evaluation.policy import Sample
 from ascent.evaluation.problem_set import Problem, Prompt, describe
@@ -79,14 +79,9 @@ class ProblemResult:
 
 def band_rows(results: Sequence[ProblemResult], pass_k: Sequence[int]) -> list[dict[str, Any]]:
     """One row per band in table order, then the row for all problems."""
-    groups: dict[Band, list[ProblemResult]] = {}
-    for result in results:
-        groups.setdefault(result.band, []).append(result)
-    rows = [
-        _row(band.label, band.kind, groups[band], pass_k)
-        for band in sorted(groups, key=Band.sort_key)
-    ]
-    return [*rows, _row("all", "all", list(results), pass_k)]
+    return rows_by_band(
+        results, lambda r: r.band, lambda label, kind, rs: _row(label, kind, rs, pass_k)
+    )
 
 
 def _row(label: str, kind: str, results: list[ProblemResult], pass_k: Sequence[int]):
@@ -119,19 +114,25 @@ def write_results(
     header: dict[str, Any],
     results: Sequence[ProblemResult],
     pass_k: Sequence[int],
+    extra_notes: Sequence[str] = (),
 ) -> Path:
     """Write eval_results.json and transcripts.jsonl; return the results file's path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = band_rows(results, pass_k)
     data = header | {
         "overall": rows[-1],
         "bands": rows[:-1],
-        "notes": notes(results),
+        "notes": [*notes(results), *extra_notes],
         "problems": [r.to_json(pass_k) for r in results],
     }
+    return write_files(out_dir, data, [r.transcript() for r in results])
+
+
+def write_files(out_dir: Path, data: dict[str, Any], transcripts: Sequence[dict[str, Any]]) -> Path:
+    """eval_results.json (`data`) and transcripts.jsonl (one line each); the results path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / TRANSCRIPTS_FILE, "w", encoding="utf-8") as fh:
-        for result in results:
-            fh.write(json.dumps(result.transcript(), ensure_ascii=False) + "\n")
+        for transcript in transcripts:
+            fh.write(json.dumps(transcript, ensure_ascii=False) + "\n")
     path = out_dir / RESULTS_FILE
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

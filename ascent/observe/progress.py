@@ -103,15 +103,20 @@ class TrainProgress:
             self.console.print(
                 f"{self.description} {step}/{self.total}  {text}  "
                 f"[{elapsed:.0f}s elapsed, eta {eta:.0f}s]",
+                markup=False,
                 highlight=False,
+                soft_wrap=True,
             )
             sys.stdout.flush()
 
     def print(self, line: str) -> None:
-        """Print above the bar (or as a plain line) without breaking it."""
+        """Print plain text above the bar (or as a plain line) without breaking it.
+
+        The text is printed as written: often a model's answer or an error from a server, so
+        `[train] clip_range` is not rich markup, and a line longer than the terminal wraps
+        where the terminal wraps it (soft), not at 80 columns when output is not a terminal.
+        """
         if self.quiet:
             return
-        if self._progress is not None:
-            self._progress.console.print(line, highlight=False)
-        else:
-            self.console.print(line, highlight=False)
+        console = self._progress.console if self._progress is not None else self.console
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

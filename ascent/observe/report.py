@@ -111,17 +111,17 @@ def print_report(run_dir: Path) -> None:
     console.print(out)
     for key in sorted(summary):
         if key != "paths" and not isinstance(summary[key], (dict, list)):
-            console.print(f"{key}: {summary[key]}", highlight=False)
+            console.print(f"{key}: {summary[key]}", markup=False, highlight=False)
     events = read_events(run_dir)
     if events:
         console.print("[bold yellow]during training[/]")
         for event in events:
             what = event.get("message", "") + (f" -> {event['fix']}" if "fix" in event else "")
             line = f"  step {event.get('step')}: {event.get('pattern')} {event.get('event')}"
-            console.print(f"{line}{': ' + what if what else ''}", highlight=False)
+            console.print(f"{line}{': ' + what if what else ''}", markup=False, highlight=False)
     if not findings:
         console.print("diagnosis: no known failure pattern in the metrics")
         return
     console.print("[bold yellow]diagnosis[/]")
     for finding in findings:
-        console.print(f"  {finding}", highlight=False)
+        console.print(f"  {finding}", markup=False, highlight=False)

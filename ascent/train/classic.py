@@ -13,6 +13,10 @@ One update reads top to bottom, as in CleanRL's `ppo.py`:
      the global grad-norm clip, one Adam step;
   5. log; checkpoint every save_every updates and at the end.
 
+With `[assistant] enabled`, an API role reads the metrics every log_interval updates and
+answers in three sentences, on a thread of its own: a dead or hanging endpoint never slows
+or stops the loop, and its tokens are counted in `api_usage.json`.
+
 The run directory, atomic checkpoints, metrics.jsonl and the progress bar are the ones the
 LLM loop uses. The "best" checkpoint is the one with the highest mean return over the last
 20 training episodes: every training episode is a fresh draw from the environment, so there
@@ -67,6 +71,8 @@ from ascent.algos import (
     masked_whiten,
     value_loss,
 )
+from ascent.api import UsageLedger
+from ascent.api.assistant import assistant_session
 from ascent.config.classic import ClassicConfig, ClassicOptimSection, ClassicTrainSection
 from ascent.models.actor_critic import ActorCritic
 from ascent.observe.live import LiveDiagnosis
@@ -130,7 +136,8 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
     )
     update = done  # stays so when resuming a run that already finished
     live = LiveDiagnosis(run_dir.path, progress.print, resume_step=done if resumed else None)
-    with logger, progress:
+    usage = UsageLedger()  # the log assistant's tokens
+    with logger, progress, assistant_session(cfg, run_dir.path, progress.print, usage) as assistant:
         for update in range(done + 1, cfg.num_updates + 1):
             started = (time.perf_counter(), runner.env_steps)
             schedule = anneal(optimizer, cfg, update)
@@ -153,12 +160,15 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
             logger.log(update, metrics)
             progress.update(runner.env_steps, metrics)
             live.observe(update, metrics)
+            if assistant is not None:
+                assistant.observe(update, metrics)
             stop = cfg.train.stop_when_solved and runner.stats.solved_at_step is not None
             every = cfg.train.save_every
             if stop or update == cfg.num_updates or (every and update % every == 0):
                 _save(run_dir, cfg, update, agent, optimizer, runner)
             if stop:
                 break
+    usage.finish(run_dir.path)
     runner.envs.close()
     return _write_summary(run_dir, cfg, update, runner, logger)
 

@@ -29,7 +29,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from typing import Any
 from transformers.utils import logging as hf_logging
 
 from ascent.api import UsageLedger
-from ascent.api.assistant import LogAssistant
+from ascent.api.assistant import LogAssistant, assistant_session
 from ascent.config.llm import LLMConfig
 from ascent.data import ResampleReport
 from ascent.observe.live import LiveDiagnosis
@@ -236,7 +236,9 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
     with closing(run), log, stop_requests() as stop, bar, agentic as agentic_trainer:
         # the analyst's tokens are counted with the agentic roles' when there are some
         usage = agentic_trainer.usage if agentic_trainer is not None else UsageLedger()
-        with _assistant(cfg, run_dir, bar.print, usage, dist) as assistant:
+        with assistant_session(
+            cfg, run_dir.path, bar.print, usage, enabled=dist.main, interrupted=lambda: stop["stop"]
+        ) as assistant:
             if not progress.before:
                 progress.before = _evaluate(run, run_dir, progress, "before").metrics()
                 plateaued(run, progress)  # the reference a plateau is judged against
@@ -267,27 +269,6 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
             )
         raise KeyboardInterrupt
     return summary
-
-
-@contextmanager
-def _assistant(
-    cfg: LLMConfig,
-    run_dir: RunDir,
-    echo: Callable[[str], None],
-    usage: UsageLedger,
-    dist: Dist,
-) -> Iterator[LogAssistant | None]:
-    """The `[assistant]` log analyst on rank 0 (None when disabled); at the end of the run it
-    gets a few seconds to finish an analysis in flight, never the full timeout."""
-    assistant = None
-    if dist.main:
-        assistant = LogAssistant.from_config(cfg, run_dir.path, echo, usage=usage)
-    try:
-        yield assistant
-    finally:
-        if assistant is not None:
-            assistant.wait_idle(min(10.0, cfg.assistant.timeout_sec))
-            assistant.close()
 
 
 def _placement(cfg: LLMConfig) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec, UsageLedger
-from ascent.api.assistant import SYSTEM_PROMPT, LogAssistant
+from ascent.api.assistant import SYSTEM_PROMPT, LogAssistant, assistant_session
 from ascent.config import load_config
 from ascent.config.api import AssistantSection
 from ascent.errors import ConfigError
@@ -122,6 +122,91 @@ def test_the_analysts_tokens_count_in_the_runs_ledger(server, tmp_path):
     assert set(saved) == {"analyst", "solver"}
 
 
+def test_a_context_too_small_for_the_analyst_names_the_assistants_settings(server, tmp_path):
+    said = "This model's maximum context length is 256 tokens. However, you requested 1400 tokens."
+    server.default(CHAT, Reply(400, {"error": {"message": said}}))
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'[api]\nbase_url = "{server.url}"\napi_key_env = "{KEY_VAR}"\nmax_retries = 0\n'
+        '[models]\nanalyst_model = "judge"\n'
+        "[assistant]\nenabled = true\nlog_interval = 1\nhistory = 3\nmax_tokens = 64\n"
+    )
+    a = LogAssistant.from_config(load_config(path), tmp_path, lambda _: None)
+    a.observe(1, metrics(1))
+    assert a.wait_idle(5)
+    a.close(timeout=5)
+    (failed,) = a.analyses
+    assert failed["error"] == (
+        f"role analyst (judge) at {server.url[7:]}: max_tokens=64 plus the prompt is over the "
+        "model's limit (the model allows 256 tokens); lower [assistant] max_tokens (now 64) or "
+        f"[assistant] history (now 3 records per prompt) (server: {said})"
+    )
+
+
+# -- the end of a run: wait for an analysis in flight only when the endpoint answers --------
+
+
+def session(server, tmp_path, printed, interrupted=lambda: False):
+    """Both loops' `assistant_session`, on a config whose analyst is `server`'s."""
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'[api]\nbase_url = "{server.url}"\napi_key_env = "{KEY_VAR}"\nmax_retries = 0\n'
+        '[models]\nanalyst_model = "judge"\n[assistant]\nenabled = true\nlog_interval = 1\n'
+    )
+    cfg = load_config(path)
+    return assistant_session(cfg, tmp_path, printed.append, UsageLedger(), interrupted=interrupted)
+
+
+def answers_then(delay: float):
+    """A reply that answers the first request at once and each later one after `delay` s."""
+    seen_so_far = []
+
+    def reply(seen):
+        seen_so_far.append(seen)
+        return ok(ANSWER) if len(seen_so_far) == 1 else Reply(200, chat_body("Late."), delay=delay)
+
+    return reply
+
+
+def test_a_run_that_ends_waits_a_little_for_an_analysis_when_the_endpoint_answers(server, tmp_path):
+    server.default(CHAT, answers_then(1.0))
+    printed: list[str] = []
+    with session(server, tmp_path, printed) as a:
+        a.observe(1, metrics(1))
+        assert a.wait_idle(5)
+        a.observe(2, metrics(2))  # in flight when training ends; answered 1 s later
+        ended = time.monotonic()
+    assert time.monotonic() - ended < 8.0  # FINAL_ANALYSIS_WAIT_S = 10
+    assert a.analyses == [{"step": 1, "text": ANSWER}, {"step": 2, "text": "Late."}]
+    assert printed == [f"assistant (step 1): {ANSWER}", "assistant (step 2): Late."]
+
+
+def test_a_hanging_endpoint_is_not_waited_for_when_the_run_ends(server, tmp_path):
+    server.default(CHAT, Reply(200, chat_body("late"), delay=30.0))  # never answers in time
+    printed: list[str] = []
+    with session(server, tmp_path, printed) as a:
+        a.observe(1, metrics(1))
+        ended = time.monotonic()
+    assert time.monotonic() - ended < 2.0  # not the 10 s grace: nothing was ever answered
+    assert printed == [
+        "assistant: an analysis was still running when training ended; not waited for"
+    ]
+    assert a.analyses == []
+
+
+def test_an_interrupted_run_never_waits_for_an_analysis(server, tmp_path):
+    server.default(CHAT, answers_then(5.0))
+    printed: list[str] = []
+    with session(server, tmp_path, printed, interrupted=lambda: True) as a:
+        a.observe(1, metrics(1))
+        assert a.wait_idle(5)
+        a.observe(2, metrics(2))
+        ended = time.monotonic()
+    assert time.monotonic() - ended < 2.0  # Ctrl-C: the answered endpoint is not waited for
+    assert a.analyses == [{"step": 1, "text": ANSWER}]
+    assert printed == [f"assistant (step 1): {ANSWER}"]
+
+
 def test_a_training_run_consults_the_assistant_and_reports_its_usage(server, tmp_path, capsys):
     from ascent.rundir import RunDir
     from ascent.train.llm import train_llm
@@ -151,3 +236,28 @@ def test_a_training_run_consults_the_assistant_and_reports_its_usage(server, tmp
     ] == 70 * len(saved)
     out = capsys.readouterr().out
     assert "api usage: analyst:" in out and not leaks(out)
+
+
+def test_a_training_run_does_not_wait_for_an_endpoint_that_never_answered(server, tmp_path, capsys):
+    from ascent.rundir import RunDir
+    from ascent.train.llm import train_llm
+
+    server.default(CHAT, Reply(200, chat_body("late"), delay=30.0))  # hangs past the run
+    cfg = load_config(
+        None,
+        [
+            "train.total_steps=2", "train.batch_size=16", "train.micro_batch_size=16",
+            "train.eval_steps=0", "train.save_steps=0", "data.eval_size=8",
+            "rollout.max_new_tokens=4", "logging.progress=false",
+            f'run.output_dir="{tmp_path}"', "run.name=hung",
+            f'api.base_url="{server.url}"', f'api.api_key_env="{KEY_VAR}"',
+            'models.analyst_model="judge"', "assistant.enabled=true", "assistant.log_interval=1",
+        ],
+    )  # fmt: skip
+    start = time.monotonic()
+    summary = train_llm(cfg, RunDir.create(cfg))
+    after_training = time.monotonic() - start - summary["wall_s"]  # setup, and the end
+    assert summary["steps"] == 2 and server.count(CHAT) >= 1
+    out = capsys.readouterr().out
+    assert "assistant: an analysis was still running when training ended; not waited for" in out
+    assert after_training < 8.0  # the old end of run waited 10 s for the hanging analysis

@@ -138,3 +138,80 @@ def test_doctor_measures_the_disk_of_the_configs_output_dir(run_cli, server, tmp
     path = config(tmp_path, server.url, f'[run]\noutput_dir = "{out_dir}"\n')
     _code, out, _err = run_cli("doctor", str(path))
     assert f"GiB free for checkpoints in {out_dir}/" in out
+
+
+# -- a classic PPO config: the log assistant's role is its only one ----------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ppo_cartpole.toml"
+
+
+def with_assistant(url: str) -> list[str]:
+    """`--set`s that give examples/ppo_cartpole.toml its (commented-out) log assistant."""
+    sets = [
+        f'api.base_url="{url}"',
+        f'api.api_key_env="{KEY_VAR}"',
+        "api.max_retries=0",
+        'models.analyst_model="judge"',
+        "assistant.enabled=true",
+    ]
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+def test_smoke_on_a_classic_config_asks_the_log_assistants_role_once(run_cli, server):
+    server.default(CHAT, ok("ok"))
+    code, out, err = run_cli("smoke", str(EXAMPLE), *with_assistant(server.url))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[1].split()[:4] == ["analyst", "judge", server.url[7:], "ok"]
+    assert server.count(CHAT) == 1
+    assert server.requests(CHAT)[0].body["max_tokens"] == 16
+
+
+def test_smoke_on_a_classic_config_without_an_assistant_says_there_is_nothing_to_ask(run_cli):
+    code, out, err = run_cli("smoke", str(EXAMPLE))
+    assert code == 2 and out == ""
+    assert err == (
+        f"error: {EXAMPLE}: a classic PPO run calls an API only for the log assistant, and "
+        "[assistant] enabled = false, so there is nothing to smoke-test; enable it with [models] "
+        "analyst_model and [assistant] enabled = true (examples/ppo_cartpole.toml)\n"
+    )
+
+
+def test_doctor_on_a_classic_config_checks_the_assistants_endpoint_or_skips_the_api(
+    run_cli, server
+):
+    server.default("/v1/models", Reply(200, models_body("judge", "other")))
+    code, out, err = run_cli("doctor", str(EXAMPLE), *with_assistant(server.url))
+    assert code == 0, out + err
+    status = {line[6:].split("  ")[0].strip(): line[:4].strip() for line in out.splitlines()}
+    assert out.splitlines()[0].split() == [
+        "ok",
+        "config",
+        f"{EXAMPLE}:",
+        "valid",
+        "(classic",
+        "PPO",
+        "run)",
+    ]
+    assert status["sandbox isolation"] == "skip"  # no generated code runs
+    assert status[f"key {KEY_VAR}"] == status[f"endpoint {server.url}/v1"] == "ok"
+    assert status["model analyst"] == "ok" and server.count(CHAT) == 0
+    code, out, err = run_cli("doctor", str(EXAMPLE))
+    assert code == 0, out + err
+    assert out.splitlines()[-1].split(None, 3)[:3] == ["skip", "API", "roles"]
+    assert "[assistant] enabled = false: API checks skipped" in out
+
+
+def test_doctor_with_an_unset_base_url_env_fails_that_check_and_goes_on(
+    run_cli, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("ASCENT_UNSET_URL", raising=False)
+    path = tmp_path / "roles.toml"
+    path.write_text('[api]\nbase_url_env = "ASCENT_UNSET_URL"\n[models]\nsolver_model = "m"\n')
+    code, out, err = run_cli("doctor", str(path))
+    assert code == 2 and err == "error: 1 check(s) failed: API roles\n"
+    (line,) = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert (
+        "API roles" in line and "[api] base_url_env: variable ASCENT_UNSET_URL is not set" in line
+    )
+    assert "torch / CUDA" in out and "disk space" in out

@@ -26,6 +26,9 @@ Scripted roles (deterministic, honest stand-ins for models):
 - summarizer: the answers tried since the last summary and the latest verdict (or summary);
 - solver: the reference answer (an oracle, for testing the other roles).
 
+The scripted roles work the result out from the problem's statement (its operands), as a
+contestant with a brute-force checker would; none reads the problem's answer column, which is
+what the hidden test holds (test-time RL relies on that: `ascent.evaluation.test_time_scoring`).
 Feedback says whether the attempt passed (`ok`, `fails`, `empty`), never an expected value,
 so no role's output carries the answer to the solver.
 """
@@ -35,6 +38,7 @@ from __future__ import annotations
 import re
 
 from ascent.data import Problem
+from ascent.data.arithmetic import evaluate
 from ascent.data.code_problems import CodeProblem
 from ascent.errors import AscentError
 from ascent.rewards.judge import StdioTest
@@ -121,7 +125,7 @@ class ArithmeticFormat(CodeFormat):
 
     def scripted(self, role: str, episode: Episode) -> str:
         a, op, b = _operands(episode.problem)
-        answer = int(episode.problem.answer)
+        answer = evaluate(a, op, b)  # from the statement, never the answer column
         if role == "hypothesis":
             if op == "+":
                 return "carry" if a % 10 + b % 10 >= 10 else "no carry"

@@ -1,0 +1,326 @@
+"""`ascent eval` with `[eval.test_time_rl]`: GRPO updates on the policy's own attempts before it
+answers, on the tiny agentic task (`ascent:tiny-arithmetic`, scripted column checks), judged in
+the real sandbox. The updates never read a hidden test; the weights come back exactly; every
+option acts or is refused; pass@1 without and with are counted on the same problems."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from ascent.config import load_config
+from ascent.errors import ConfigError
+from ascent.evaluation import run_eval
+from ascent.evaluation import test_time_run as ttr
+from ascent.evaluation.test_time_rl import PolicyAdapter
+from ascent.evaluation.test_time_scoring import AttemptScorer
+from ascent.models import load_policy
+from ascent.rewards.judge import StdioTest
+from ascent.rollout.agentic.arithmetic import column_check
+from tests.api.scripted_server import Reply, Seen, models_body, ok
+from tests.evaluation.conftest import CHAT, MODELS, PROJECT, prompt_of
+
+EXAMPLE = PROJECT / "examples" / "test_time_rl_tiny.toml"
+MARKER = "HIDDEN-7301"  # a hidden expected output no attempt or test can produce by chance
+FAST = (
+    "eval.limit=4",
+    "eval.test_time_rl.steps=2",
+    "eval.test_time_rl.group_size=8",
+    "sandbox.workers=2",
+    "logging.progress=false",
+)
+
+
+def config(tmp_path: Path, *extra: str):
+    return load_config(EXAMPLE, [*FAST, f'eval.output_dir="{tmp_path / "out"}"', *extra])
+
+
+@dataclass
+class Spy:
+    """What the test-time updates were fed, and the weights around them."""
+
+    adapter: PolicyAdapter | None = None
+    fed: list[tuple[list[float], torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    scored: list[tuple[str, str, list[str]]] = field(default_factory=list)  # view, tests, texts
+    weights_after: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    original_at_start: list[bool] = field(default_factory=list)
+
+
+@pytest.fixture
+def spy(monkeypatch) -> Spy:
+    seen = Spy()
+    update, adapt, score = PolicyAdapter.update, PolicyAdapter.adapt, AttemptScorer.score
+
+    def spied_update(adapter, step, batch, attempts, scores):
+        seen.fed.append(
+            (list(scores.rewards), batch.prompt_ids.clone(), batch.response_ids.clone())
+        )
+        return update(adapter, step, batch, attempts, scores)
+
+    async def spied_adapt(adapter, prompt, visible, scorer, generator):
+        seen.adapter = adapter
+        seen.original_at_start.append(adapter.weights_equal_original())
+        out = await adapt(adapter, prompt, visible, scorer, generator)
+        seen.weights_after.append({k: v.clone() for k, v in adapter.model.state_dict().items()})
+        return out
+
+    async def spied_score(scorer, visible, texts):
+        seen.scored.append((repr(visible.problem), repr(visible.tests), list(texts)))
+        return await score(scorer, visible, texts)
+
+    monkeypatch.setattr(PolicyAdapter, "update", spied_update)
+    monkeypatch.setattr(PolicyAdapter, "adapt", spied_adapt)
+    monkeypatch.setattr(AttemptScorer, "score", spied_score)
+    return seen
+
+
+def corrupt_hidden(monkeypatch) -> None:
+    """Every problem's hidden expected output, and its answer column, replaced by MARKER."""
+    load = ttr.load_source
+
+    def corrupted(cfg):
+        source = load(cfg)
+        pairs = []
+        for problem, code in source.problems:
+            hidden = tuple(StdioTest(t.input, MARKER) for t in code.hidden_tests)
+            pairs.append((replace(problem, answer=MARKER), replace(code, hidden_tests=hidden)))
+        return replace(source, problems=pairs)
+
+    monkeypatch.setattr(ttr, "load_source", corrupted)
+
+
+def results(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "eval_results.json").read_text())
+
+
+def test_the_hidden_answer_never_reaches_the_updates(sandbox, tmp_path, monkeypatch, spy):
+    run_eval(config(tmp_path / "real"))
+    real = (list(spy.fed), list(spy.scored), list(spy.weights_after))
+    assert any(u["trained"] for p in results(tmp_path / "real")["problems"]
+               for u in p["update_log"])  # fmt: skip
+    spy.fed.clear(), spy.scored.clear(), spy.weights_after.clear()
+    corrupt_hidden(monkeypatch)
+    run_eval(config(tmp_path / "wrong"))
+    fed, scored, weights = spy.fed, spy.scored, spy.weights_after
+    # The same rewards on the same tokens, and the same weights after every problem's updates.
+    assert [r for r, _, _ in fed] == [r for r, _, _ in real[0]]
+    for (_, p, r), (_, p0, r0) in zip(fed, real[0], strict=True):
+        assert torch.equal(p, p0) and torch.equal(r, r0)
+    assert [texts for _, _, texts in scored] == [texts for _, _, texts in real[1]]
+    for after, after0 in zip(weights, real[2], strict=True):
+        assert all(torch.equal(after[k], after0[k]) for k in after0)
+    # Nothing the updates read holds the hidden output: the problem they scored against, the
+    # confirmed tests, the prompts and attempts.
+    tokenizer = spy.adapter.tokenizer
+    for view, tests, texts in scored:
+        assert MARKER not in view and MARKER not in tests and not any(MARKER in t for t in texts)
+    for _, prompt_ids, response_ids in fed:
+        assert MARKER not in tokenizer.decode(torch.cat([prompt_ids[0], response_ids[0]]))
+    # ... while the judge did read the corrupted hidden tests: the same answers now all fail.
+    right, wrong = results(tmp_path / "real"), results(tmp_path / "wrong")
+    assert [p["answer_with"]["text"] for p in wrong["problems"]] == [
+        p["answer_with"]["text"] for p in right["problems"]
+    ]
+    assert wrong["overall"]["solved_with"] == wrong["overall"]["solved_without"] == 0
+    assert right["overall"]["solved_with"] > 0
+
+
+def test_weights_are_restored_exactly_between_problems(sandbox, tmp_path, spy):
+    cfg = config(tmp_path)
+    run_eval(cfg)
+    assert len(spy.original_at_start) == 4 and all(spy.original_at_start)
+    moved = [
+        any(not torch.equal(w[k], spy.adapter.original[k]) for k in w) for w in spy.weights_after
+    ]
+    assert any(moved)  # the updates did change the weights, and each problem started without them
+    fresh = load_policy(cfg.model, torch.device("cpu")).state_dict()
+    assert all(torch.equal(spy.adapter.model.state_dict()[k], fresh[k]) for k in fresh)
+
+
+def test_a_problem_adapts_the_same_whatever_ran_before_it(sandbox, tmp_path, monkeypatch, spy):
+    run_eval(config(tmp_path / "all"))
+    load = ttr.load_source
+    monkeypatch.setattr(ttr, "load_source", lambda cfg: _drop_first(load(cfg)))
+    run_eval(config(tmp_path / "alone"))
+    together, alone = results(tmp_path / "all")["problems"][1:], results(tmp_path / "alone")
+    assert together == alone["problems"]
+
+
+def _drop_first(source):
+    return replace(source, problems=source.problems[1:])
+
+
+def test_band_scope_carries_updates_within_a_band_and_restores_between(
+    sandbox, tmp_path, monkeypatch, spy
+):
+    load = ttr.load_source
+
+    def two_bands(cfg):  # problems 0, 1 rated 1000, problems 2, 3 rated 1500
+        source = load(cfg)
+        pairs = [(p, replace(c, rating=1000 if i < 2 else 1500))
+                 for i, (p, c) in enumerate(source.problems)]  # fmt: skip
+        return replace(source, problems=pairs)
+
+    monkeypatch.setattr(ttr, "load_source", two_bands)
+    run_eval(config(tmp_path, "eval.test_time_rl.scope=band"))
+    out = results(tmp_path)
+    first_trained = out["problems"][0]["updates"] > 0
+    assert spy.original_at_start == [
+        True,
+        not first_trained,
+        True,
+        out["problems"][2]["updates"] == 0,
+    ]
+    assert [b["band"] for b in out["bands"]] == ["[0, 1200)", "[1200, 1800)"]
+    assert any("scope = band" in n for n in out["notes"])
+
+
+def _value(key: str) -> int:
+    a, op, b = re.fullmatch(r"(\d+)([+\-*])(\d+)", key).groups()
+    return {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+
+
+def _right(text: str, key: str) -> bool:
+    line = text.strip().split("\n", 1)[0].strip()
+    return re.fullmatch(r"-?\d+", line) is not None and int(line) == _value(key)
+
+
+def test_pass_at_1_without_and_with_count_the_same_problems(sandbox, tmp_path, run_cli):
+    code, out, err = run_cli("eval", str(EXAMPLE), *[a for s in FAST for a in ("--set", s)],
+                             "--set", f'eval.output_dir="{tmp_path / "out"}"')  # fmt: skip
+    assert code == 0, err
+    assert "pass@1 without" in out and "pass@1 with" in out and "no signal" in out
+    data = results(tmp_path)
+    problems, overall = data["problems"], data["overall"]
+    assert overall["problems"] == len(problems) == 4
+    # Checked by hand from each problem's key (`79+22`) and the answer's text, not by the judge.
+    without = sum(_right(p["answer_without"]["text"], p["id"]) for p in problems)
+    with_rl = sum(_right(p["answer_with"]["text"], p["id"]) for p in problems)
+    assert overall["solved_without"] == without and overall["solved_with"] == with_rl
+    assert overall["pass@1_without"] == without / 4 and overall["pass@1_with"] == with_rl / 4
+    assert overall["gained"] - overall["lost"] == with_rl - without
+    assert overall["updates"] == sum(p["updates"] for p in problems)
+    assert overall["no_signal"] == sum(p["no_signal"] for p in problems)
+    for p in problems:  # weights that never moved answer as before
+        if p["updates"] == 0:
+            assert p["answer_with"] == p["answer_without"]
+        assert p["visible_tests"]["generated_confirmed"] >= 2  # len and the ones digit at least
+    assert data["bands"][0]["problems"] == 4 and data["test_time_rl"]["group_size"] == 8
+
+
+def test_an_api_test_generator_writes_tests_the_reference_then_checks(sandbox, tmp_path, server):
+    """Tests are asked for once per problem, from the problem alone; only those the reference
+    solution reproduces score the attempts; [eval] temperature acts for the API role."""
+
+    def answer(seen: Seen) -> Reply:  # the right column checks, and one wrong ones digit
+        key = re.search(r"(\d+[+\-*]\d+)=", prompt_of(seen)).group(1)
+        wrong = (_value(key) + 1) % 10
+        return ok(f"{column_check(_value(key))} d0={wrong}")
+
+    server.default(MODELS, Reply(200, models_body("testgen-m")))
+    server.default(CHAT, answer)
+    keys = ("agentic.roles.testgen=api", "models.testgen_model=testgen-m", "eval.temperature=0.5")
+    api = (f'api.base_url="{server.url}/v1"', 'api.api_key_env=""', "api.max_retries=0")
+    run_eval(config(tmp_path, *keys, *api))
+    data = results(tmp_path)
+    assert server.count(CHAT) == 4 and data["testgen"] == "api"
+    assert all(s.body["temperature"] == 0.5 for s in server.requests(CHAT))
+    assert not any("## Solution" in prompt_of(s) for s in server.requests(CHAT))  # no attempt
+    for p in data["problems"]:
+        checks = len(column_check(_value(p["id"])).split())
+        assert p["visible_tests"] == {
+            "sample": 0,
+            "generated_proposed": checks + 1,
+            "generated_confirmed": checks,
+        }
+    assert data["usage"]["testgen"]["requests"] == 4
+
+
+def _code_problems(tmp_path: Path) -> Path:
+    """Read n, print 2n (or 3n): a sample test, hidden tests, a Python reference solution."""
+    rows = [
+        {
+            "id": f"times{k}",
+            "statement": f"Read n and print {k} times n.",
+            "sample_tests": [{"input": "1\n", "output": f"{k}\n"}],
+            "hidden_tests": [{"input": "5\n", "output": f"{5 * k}\n"}],
+            "reference_solution": f"print(int(input()) * {k})\n",
+            "reference_language": "python",
+        }
+        for k in (2, 3)
+    ]
+    path = tmp_path / "times.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_code_problems_whose_attempts_all_fail_alike_get_no_update(sandbox, tmp_path):
+    """The tiny arithmetic model writes no fenced program: every attempt is unreadable, no
+    group has signal, no step is taken, and each answer with test-time RL is the one without."""
+    fit = ("eval.role_instructions=false", "eval.max_problem_chars=60")
+    run_eval(config(tmp_path, f'eval.problems="{_code_problems(tmp_path)}"', *fit))
+    data = results(tmp_path)
+    assert data["overall"]["no_signal"] == 2 and data["overall"]["updates"] == 0
+    for p in data["problems"]:
+        assert (
+            p["answer_with"] == p["answer_without"] and p["answer_with"]["status"] == "no program"
+        )
+        # the scripted code test generator proposes the sample tests; the reference confirms them
+        assert p["visible_tests"] == {
+            "sample": 1,
+            "generated_proposed": 1,
+            "generated_confirmed": 1,
+        }
+        assert all(u["why_not"] == "no signal" for u in p["update_log"])
+
+
+def test_a_prompt_over_the_models_context_is_refused(sandbox, tmp_path, run_cli):
+    problems = f'eval.problems="{_code_problems(tmp_path)}"'
+    code, _, err = run_cli("eval", str(EXAMPLE), "--set", problems)
+    assert code == 2 and "is over the context (256 tokens); set [eval] max_problem_chars" in err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("eval.policy=api", "[eval.test_time_rl]: test-time RL updates the policy's weights"),
+        ("eval.mode=single", 'set [eval] mode = "agentic"'),
+        ("eval.test_time_rl.group_size=1", "group_size: must be greater than or equal to 2"),
+        ("agentic.roles.hypothesis=scripted", 'hypothesis = "scripted": test-time RL: set'),
+        ("agentic.roles.summarizer=scripted", 'set summarizer = "off"'),
+        ("agentic.roles.testgen=policy", "would write the tests it is scored on"),
+        ("agentic.max_turns=3", "[agentic] max_turns: test-time RL scores single attempts"),
+        ("algorithm.kl_coef=0.01", "[algorithm] kl_coef: test-time RL does not use it"),
+        ("eval.temperature=0.7", "[eval] temperature: with test-time RL the answers are greedy"),
+        ("eval.max_problem_chars=40", "[eval] max_problem_chars: the arithmetic task writes"),
+        ("agentic.roles.testgen=off", "no attempt could be scored; set [agentic.roles] testgen"),
+    ],
+)
+def test_what_cannot_act_is_refused_in_one_line(run_cli, override, message):
+    code, _, err = run_cli("eval", str(EXAMPLE), "--set", override)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("eval.test_time_rl.steps=3", "[eval.test_time_rl] steps does nothing while test-time RL"),
+        ('eval.problems="data:held_out"', '"data:held_out" is read only by test-time RL'),
+    ],
+)
+def test_test_time_keys_do_nothing_while_it_is_off(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [override])
+
+
+def test_a_problem_file_without_samples_or_reference_is_refused(tmp_path, run_cli):
+    rows = [{"id": "p", "statement": "Print 1.", "hidden_tests": [{"input": "", "output": "1"}]}]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = run_cli("eval", str(EXAMPLE), "--set", f'eval.problems="{path}"')
+    assert code == 2 and "has a sample test or a reference solution" in err, err
