@@ -138,6 +138,10 @@ def eval_(
                 "--episodes is for classic PPO runs; an LLM eval runs [eval] problems "
                 "(limit them with --set eval.limit=N)"
             )
+        from ascent.config.llm_rules import eval_inert_settings
+
+        for warning in eval_inert_settings(cfg):
+            typer.echo(f"warning: {warning}", err=True)
         run_dir = target if target.is_dir() else None
         print_summary(run_eval(cfg, run_dir=run_dir, checkpoint=checkpoint))
         return

@@ -51,9 +51,19 @@ class TestTimeRLSection(Section):
     enabled: bool = Field(
         False,
         description="Before answering, adapt the local policy to each problem (or band) with "
-        "GRPO on its own attempts, scored only on the sample tests and the generated tests the "
-        "reference solution confirms (never the hidden tests); report pass@1 (one greedy "
+        "GRPO on its own attempts, scored only on the sample tests and generated tests "
+        "(see labels; never the hidden tests); report pass@1 (one greedy "
         'answer) without and with it. Needs mode = "agentic" and policy = "local".',
+    )
+    labels: Literal["reference", "vote"] = Field(
+        "reference",
+        description="What tells a right attempt from a wrong one, besides the sample tests. "
+        "reference: the generated tests the problem's reference solution confirms (a "
+        "contestant with a correct brute-force checker). vote: no reference solution and no "
+        "expected output of a generated test is used; every attempt of an update is run on the "
+        "sample inputs and the generated tests' inputs (the empty input when there are none) "
+        "and an attempt whose output differs from the most common one (given by at least 2 "
+        "attempts, no tie) counts as broken: majority-vote test-time RL.",
     )
     scope: Literal["problem", "band"] = Field(
         "problem",

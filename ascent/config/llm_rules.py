@@ -275,6 +275,56 @@ def inert_settings(cfg: LLMConfig) -> list[str]:
     return warnings + _inert_clips(cfg)
 
 
+# [agentic] keys only agentic training reads: `ascent eval` plays episodes, it does not learn
+# from them (test-time RL scores attempts with adversarial_penalty / unparsable_reward only).
+_TRAINING_ONLY_AGENTIC = {
+    "immediate_reward_weight": "credit assignment",
+    "delayed_reward_weight": "credit assignment",
+    "off_policy_correction": "asynchronous training",
+    "correction_clip": "asynchronous training",
+    "max_staleness": "asynchronous training",
+    "max_skipped_steps": "training steps",
+    "api_max_tokens": "training; an evaluation's API roles answer up to [eval] max_new_tokens",
+}
+
+
+def eval_inert_settings(cfg: LLMConfig) -> list[str]:
+    """Warnings for settings `ascent eval` cannot act on in this config. Warned, not refused:
+    `ascent eval RUN_DIR` reads a training run's config, where they did act."""
+    ev, a = cfg.eval, cfg.agentic
+    if ev.mode != "agentic":
+        return []
+    out = [
+        f"[agentic] {key} acts only in {what}; ascent eval ignores it"
+        for key, what in _TRAINING_ONLY_AGENTIC.items()
+        if a.explicitly_set(key)
+    ]
+    idle = {
+        "summarize_threshold": a.roles.summarizer == "off",
+        "max_generated_tests": a.roles.testgen == "off",
+        # a majority vote needs no test generator to break an attempt
+        "adversarial_penalty": a.roles.testgen == "off"
+        and not (ev.test_time_rl.enabled and ev.test_time_rl.labels == "vote"),
+    }
+    out += [
+        f"[agentic] {key} does nothing with this role switched off; ascent eval ignores it"
+        for key, off in idle.items()
+        if off and a.explicitly_set(key)
+    ]
+    if ev.test_time_rl.enabled:
+        fixed = [("train", k) for k in ("batch_size", "mini_batch_size", "ppo_epochs")]
+        fixed += [("optim", k) for k in ("lr", "schedule", "warmup_ratio")]
+        sections = {"train": cfg.train, "optim": cfg.optim}
+        out += [
+            f"[{section}] {key}: test-time RL takes one optimiser step per group of "
+            "[eval.test_time_rl] group_size attempts at its own lr, constant; ascent eval "
+            "ignores it"
+            for section, key in fixed
+            if sections[section].explicitly_set(key)
+        ]
+    return out
+
+
 def _inert_clips(cfg: LLMConfig) -> list[str]:
     """Warnings for clip ranges that cannot bind with one optimiser step per batch."""
     alg, t = cfg.algorithm, cfg.train

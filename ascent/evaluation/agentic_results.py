@@ -125,8 +125,9 @@ class AgenticRun:
 
     @property
     def all_failed(self) -> bool:
-        """Every turn of every episode was a failed API request: nothing was evaluated."""
-        turns = sum(len(r.episode.turns) for r in self.results)
+        """Every API turn of every episode was a failed request: nothing was evaluated of an
+        API-served model (scripted or local turns beside them do not count)."""
+        turns = sum(t.source == "api" for r in self.results for t in r.episode.turns)
         return turns > 0 and turns == sum(len(r.api_errors) for r in self.results)
 
     @property

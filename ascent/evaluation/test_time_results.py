@@ -139,13 +139,21 @@ def _row(label: str, kind: str, results: list[AdaptedResult]) -> dict[str, Any]:
     }
 
 
-def notes(results: Sequence[AdaptedResult], scope: str, extra: Sequence[str]) -> list[str]:
+def notes(
+    results: Sequence[AdaptedResult], scope: str, extra: Sequence[str], labels: str = "reference"
+) -> list[str]:
     """Footnotes the table and the results carry, so nobody misreads them."""
     out = [n for n in [label_note([r.band for r in results])] if n]
+    saw = (
+        "sample tests and generated tests the reference solution confirmed (a correct checker)"
+        if labels == "reference"
+        else "sample tests and the majority output of their own attempts (no reference "
+        "solution, no expected output of a generated test)"
+    )
     out.append(
         "pass@1 without / with: one greedy answer (the solver's first turn) from the weights "
         "under evaluation / after the test-time updates, both judged on the hidden tests; the "
-        "updates saw only sample tests and generated tests the reference solution confirmed"
+        f"updates saw only {saw}"
     )
     if scope == "band":
         out.append(
@@ -160,8 +168,9 @@ def notes(results: Sequence[AdaptedResult], scope: str, extra: Sequence[str]) ->
     blind = sum(not r.visible.scorable for r in results)
     if blind:
         out.append(
-            f"{blind} problem(s) had no sample test and no confirmed generated test, so no "
-            "attempt could be scored: no update, the answer with test-time RL is the one "
+            f"{blind} problem(s) had nothing to score attempts on (no sample test and no "
+            "confirmed generated test, or a call-a-function problem), so no attempt could be "
+            "scored: no update, the answer with test-time RL is the one "
             "without"
         )
     testgen = sum(bool(r.visible.note) for r in results)

@@ -10,7 +10,8 @@ The order of work, and why:
    `"data:held_out"`, the held-out split of `[data]` (e.g. the built-in arithmetic task) seen
    through its agentic format;
 3. per problem, concurrently in the sandbox pool: the test generator's tests and the ones the
-   reference solution confirms (`AttemptScorer.prepare`, on the problem's visible view);
+   reference solution confirms, or with labels = "vote" the inputs attempts are compared on
+   (`AttemptScorer.prepare`, on the problem's visible view);
 4. pass@1 without: one greedy answer per problem from the weights under evaluation, judged on
    the hidden tests;
 5. per problem (scope = "problem") or per band (scope = "band"), from the restored original
@@ -54,7 +55,7 @@ from ascent.evaluation.test_time_results import (
     write_test_time_results,
 )
 from ascent.evaluation.test_time_rl import Adaptation, PolicyAdapter
-from ascent.evaluation.test_time_scoring import AttemptScorer, VisibleProblem
+from ascent.evaluation.test_time_scoring import AttemptScorer, VisibleProblem, visible_view
 from ascent.evaluation.test_time_setup import (
     ProblemSource,
     check_context,
@@ -96,7 +97,7 @@ def run_test_time_rl(
         header["skipped"] = source.skipped.to_json()
     header["usage"] = usage.to_dict()
     extra = [n for n in [source.skipped.note()] if n]
-    all_notes = notes(results, cfg.eval.test_time_rl.scope, extra)
+    all_notes = notes(results, cfg.eval.test_time_rl.scope, extra, cfg.eval.test_time_rl.labels)
     path = write_test_time_results(out_dir, header, results, all_notes)
     return AdaptedRun(path, header, band_rows(results), all_notes, results, usage.summary_lines())
 
@@ -156,14 +157,19 @@ async def _evaluate(
         adversarial_penalty=a.adversarial_penalty,
         unparsable_reward=a.unparsable_reward,
         default_language=ev.language,
+        labels=ev.test_time_rl.labels,
     )
+    # the prompt is the statement and samples, which the view keeps: check it fits before the
+    # test generator's requests and the sandbox work
+    views = [visible_view(p, c, None).columns["code_problem"] for p, c in source.problems]
+    prompts = [adapter.prompt(source.fmt, code) for code in views]
+    check_context(cfg, adapter.model.config, source, prompts)
     try:
         visible = await _prepare_all(cfg, scorer, source)
     finally:
         if api is not None:
             await api.aclose()
-    prompts = [adapter.prompt(source.fmt, v.code) for v in visible]
-    check_context(cfg, adapter.model.config, source, prompts)
+    assert prompts == [adapter.prompt(source.fmt, v.code) for v in visible]
     answers = [adapter.answer(p) for p in prompts]  # from the weights under evaluation
     without = await asyncio.gather(
         *(_judge(verifier, source.fmt, code, text, ev.language)
@@ -269,7 +275,7 @@ def _opening_line(cfg: LLMConfig, source: ProblemSource, info: dict[str, Any]) -
         f"eval (test-time RL): {len(source.problems)} {source.format} problems from "
         f"{source.label}; per {t.scope}: {t.steps} GRPO update(s) x {t.group_size} attempts "
         f"(lr {t.lr:g}, temperature {t.temperature:g}), policy {info['model']} (local), "
-        f"testgen {cfg.agentic.roles.testgen}"
+        f"testgen {cfg.agentic.roles.testgen}, labels {t.labels}"
     )
 
 

@@ -1,33 +1,41 @@
 """What test-time RL may learn from: a problem's attempts, scored on its visible tests only.
 
 The line that keeps the hidden tests out of the updates is drawn here, once. `visible_view`
-is the problem as the updates see it: the statement, the sample tests, the reference solution
-(it confirms generated tests) and the hidden tests' inputs (a generated test that copies one
-is refused, as in episodes), with every hidden expected output blanked and the problem's
-answer column emptied. Everything the updates read (the solver's prompt, the generated tests,
-the verdicts) is computed from that view; only the answers are judged on the real problem,
-by `Verifier.final`, outside this module.
+is the problem as the updates see it: the statement, the sample tests, the hidden tests' inputs
+(a generated test that copies one is refused, as in episodes) and, with labels = "reference",
+the reference solution (it confirms generated tests); every hidden expected output is blanked
+and the problem's answer column emptied. Everything the updates read (the solver's prompt, the
+generated tests, the verdicts) is computed from that view; only the answers are judged on the
+real problem, by `Verifier.final`, outside this module.
 
 Per problem, once (`AttemptScorer.prepare`):
 
     the test generator ([agentic.roles] testgen: scripted, or an API role) proposes tests from
-    the problem alone; `Verifier.validate` keeps those the reference solution reproduces
+    the problem alone; labels = "reference": `Verifier.validate` keeps those the reference
+    solution reproduces; labels = "vote": only their inputs are kept (with the sample inputs,
+    or the empty input when there are none), and the reference solution is not in the view
 
-Per attempt (`AttemptScorer.score`), the solver's first turn, read by the task's format:
+Per group of attempts (`AttemptScorer.score`), the solver's first turn, read by the task's
+format:
 
     no program                    [agentic] unparsable_reward
     a program                     its [reward.code] tier (compile error, compiles, passes the
-                                  samples), + [agentic] adversarial_penalty when a confirmed
-                                  generated test breaks it
+                                  samples), + [agentic] adversarial_penalty when it is broken:
+                                  reference: a confirmed generated test fails;
+                                  vote: its output on some input differs from the group's
+                                  majority output there (`majority`)
 
-which is the immediate reward agentic GRPO gives a solve turn. A problem with neither a sample
-test nor a confirmed generated test has nothing to tell a right attempt from a wrong one, so it
-gets no update (`VisibleProblem.scorable`).
+which is the immediate reward agentic GRPO gives a solve turn. With labels = "reference" a
+problem with neither a sample test nor a confirmed generated test has nothing to tell a right
+attempt from a wrong one, so it gets no update (`VisibleProblem.scorable`). Majority voting is
+test-time RL without any checker (as in Zuo et al., "TTRL", 2025): the group's most common
+output stands in for the answer, so it can only sharpen what the policy already samples most.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -42,11 +50,16 @@ if TYPE_CHECKING:
     from ascent.rollout.agentic.roles import ApiRoles
 
 
-def visible_view(problem: Problem, code: CodeProblem, reference_language: str | None) -> Problem:
+def visible_view(
+    problem: Problem, code: CodeProblem, reference_language: str | None, *, reference: bool = True
+) -> Problem:
     """The problem with nothing of its hidden tests but their inputs: hidden outputs blanked,
-    the answer column emptied, every other column dropped (a data row's raw `tests` too)."""
+    the answer column emptied, every other column dropped (a data row's raw `tests` too), and
+    without `reference` the reference solution too."""
     hidden = tuple(StdioTest(t.input, "") for t in code.hidden_tests)
     view = replace(code, hidden_tests=hidden, test_code=None)
+    if not reference:
+        view = replace(view, reference_solution=None)
     columns = {"code_problem": view, "reference_language": reference_language}
     return Problem(key=problem.key, prompt=problem.prompt, answer="", columns=columns)
 
@@ -60,12 +73,32 @@ class VisibleProblem:
     tests: tuple[StdioTest, ...] = ()  # generated tests the reference solution confirmed
     proposed: int = 0  # generated tests proposed
     note: str = ""  # why there are none, when the test generator failed or was unreadable
+    vote_inputs: tuple[str, ...] = ()  # labels = "vote": the inputs attempts are compared on
 
     @property
     def scorable(self) -> bool:
-        """A right attempt can be told from a wrong one: a sample or confirmed test to run
-        (a call-a-function problem has no stdin tests an attempt is run on)."""
-        return not self.code.is_function and bool(self.code.sample_tests or self.tests)
+        """A right attempt can be told from a wrong one: a sample or confirmed test to run,
+        or inputs to vote on (a call-a-function problem has no stdin tests an attempt is run
+        on)."""
+        return not self.code.is_function and bool(
+            self.code.sample_tests or self.tests or self.vote_inputs
+        )
+
+
+def majority(outputs: list[list[str | None] | None]) -> list[str | None]:
+    """Per input, the output most attempts gave (whitespace-normalised), when at least 2 gave
+    it and no other output was as common; None where there is no such output. An entry of
+    `outputs` is one attempt's outputs, or None for an attempt with no program."""
+    ran = [o for o in outputs if o is not None]
+    if not ran:
+        return []
+    labels: list[str | None] = []
+    for k in range(len(ran[0])):
+        counts = Counter(" ".join(o[k].split()) for o in ran if o[k] is not None)
+        top = counts.most_common(2)
+        clear = top and top[0][1] >= 2 and (len(top) == 1 or top[1][1] < top[0][1])
+        labels.append(top[0][0] if clear else None)
+    return labels
 
 
 @dataclass(frozen=True)
@@ -91,8 +124,10 @@ class AttemptScorer:
         adversarial_penalty: float,
         unparsable_reward: float,
         default_language: str,
+        labels: str = "reference",
     ) -> None:
         self.fmt = fmt
+        self.labels = labels  # reference or vote
         self.verifier = verifier
         self.testgen = testgen  # scripted, api or off
         self.api = api
@@ -102,7 +137,10 @@ class AttemptScorer:
         self.default_language = default_language
 
     async def prepare(self, problem: Problem, code: CodeProblem) -> VisibleProblem:
-        """The view of `problem` (whose code view is `code`) and its confirmed tests."""
+        """The view of `problem` (whose code view is `code`) and its confirmed tests (or the
+        inputs attempts are compared on)."""
+        if self.labels == "vote":
+            return await self._prepare_vote(problem, code)
         uses_reference = bool(
             self.testgen != "off" and code.reference_solution and not code.is_function
         )
@@ -118,6 +156,28 @@ class AttemptScorer:
         validation = await self.verifier.validate(shown, tests, language)
         return VisibleProblem(view, shown, tuple(validation.confirmed), validation.proposed)
 
+    async def _prepare_vote(self, problem: Problem, code: CodeProblem) -> VisibleProblem:
+        """No reference solution in the view; the sample inputs, then the generated tests'
+        inputs (their expected outputs are never read), else the empty input."""
+        view = visible_view(problem, code, None, reference=False)
+        shown = view.columns["code_problem"]
+        if shown.is_function:
+            return VisibleProblem(view, shown)
+        inputs = [t.input for t in shown.sample_tests]
+        proposed, note = 0, ""
+        if self.testgen != "off":
+            text, note = await self._propose(view, shown)
+            tests = self.fmt.parse_tests(text, self.max_tests) if text else None
+            proposed = len(tests or [])
+            hidden = {tuple(t.input.split()) for t in shown.hidden_tests}
+            for test in tests or []:
+                if tuple(test.input.split()) not in hidden and test.input not in inputs:
+                    inputs.append(test.input)
+            if tests is None:
+                note = note or "no tests could be read"
+        inputs = inputs or [""]
+        return VisibleProblem(view, shown, (), proposed, note, tuple(inputs))
+
     async def _propose(self, view: Problem, code: CodeProblem) -> tuple[str, str]:
         """The test generator's answer from the problem alone (no attempt in its transcript)."""
         if self.testgen == "scripted":
@@ -130,15 +190,40 @@ class AttemptScorer:
         """Each attempt's reward; attempts are judged concurrently (equal programs once)."""
         verdicts = await asyncio.gather(*(self._judge(visible, text) for text in texts))
         error = next((v.sandbox_error for v in verdicts if v and v.sandbox_error), "")
+        broken = [bool(v and v.broken) for v in verdicts]
+        if self.labels == "vote" and visible.vote_inputs:
+            outputs = await asyncio.gather(*(self._outputs(visible, text) for text in texts))
+            error = error or next((o for o in outputs if isinstance(o, str)), "")
+            if not error:
+                runs = [o if not isinstance(o, str) else None for o in outputs]
+                labels = majority(runs)
+                broken = [
+                    o is not None
+                    and any(
+                        want is not None and (got is None or " ".join(got.split()) != want)
+                        for want, got in zip(labels, o, strict=True)
+                    )
+                    for o in runs
+                ]
         rewards, accepted = [], []
-        for verdict in verdicts:
+        for verdict, bad in zip(verdicts, broken, strict=True):
             if verdict is None:  # no program
                 rewards.append(self.unparsable)
                 accepted.append(False)
                 continue
-            rewards.append(verdict.tier + (self.penalty if verdict.broken else 0.0))
-            accepted.append(verdict.accepted)
+            # as in episodes: only a program that compiled and passed the samples is broken
+            bad = bad and verdict.compiled and verdict.samples_ok is not False
+            rewards.append(verdict.tier + (self.penalty if bad else 0.0))
+            accepted.append(verdict.compiled and verdict.samples_ok is not False and not bad)
         return Scores(rewards, accepted, error)
+
+    async def _outputs(self, visible: VisibleProblem, text: str) -> list[str | None] | str | None:
+        """The attempt's outputs on the vote inputs (None: no program; str: sandbox failure)."""
+        parsed = self.fmt.parse_solution(text)
+        if parsed is None:
+            return None
+        language = parsed[1] or self.default_language
+        return await self.verifier.outputs(visible.code, parsed[0], language, visible.vote_inputs)
 
     async def _judge(self, visible: VisibleProblem, text: str) -> AttemptVerdict | None:
         """The attempt's verdict on the visible tests; None when it holds no program."""

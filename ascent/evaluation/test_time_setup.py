@@ -103,12 +103,19 @@ def check_eval_keys(cfg: LLMConfig, source: ProblemSource) -> None:
                     f"[eval] {key}: the {source.format} task writes its own prompts and "
                     "programs, so it does nothing; remove the key"
                 )
-    if not any(_scorable_source(code, cfg) for _, code in source.problems):
+    vote = cfg.eval.test_time_rl.labels == "vote"
+    if vote and not any(not code.is_function for _, code in source.problems):
+        raise ConfigError(
+            f"test-time RL: every problem of {source.label} calls a function, so there is no "
+            'output to vote on; use labels = "reference" with sample tests'
+        )
+    if not vote and not any(_scorable_source(code, cfg) for _, code in source.problems):
         fix = (
             'set [agentic.roles] testgen = "scripted" or "api"'
             if cfg.agentic.roles.testgen == "off"
             else "give the problems sample_tests, or reference_solution and reference_language"
         )
+        fix += ', or set [eval.test_time_rl] labels = "vote" (majority vote, no checker)'
         raise ConfigError(
             f"test-time RL: no problem of {source.label} has a sample test or a reference "
             f"solution to confirm generated tests, so no attempt could be scored; {fix}"

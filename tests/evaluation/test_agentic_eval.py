@@ -386,3 +386,17 @@ def test_a_local_policy_solves_beside_api_and_scripted_roles(sandbox, server, tm
     assert [t.source for t in turns[:2]] == ["api", "policy"]
     assert turns[1].version is not None  # sampled by the local engine
     assert list(run.header["usage"]) == ["hypothesis"]  # the policy is not an API role
+
+
+def test_an_api_solver_whose_every_request_fails_evaluated_nothing(sandbox, server, tmp_path):
+    """Scripted roles beside it still produce turns; what was evaluated is the API model, and
+    none of its requests got an answer."""
+    server.default(MODELS, Reply(200, models_body("solver-m")))
+    server.default(CHAT, Reply(400, {"error": {"message": "prompt is too long"}}))
+    roles = {"hypothesis": "scripted", "solver": "api", "testgen": "scripted", "summarizer": "off"}
+    config = agentic_config(
+        tmp_path, write_problems(tmp_path, [problem("double", 2, None)]), server.url, roles
+    )
+    run = run_eval(load_config(config))
+    assert any(t.source == "scripted" for t in run.results[0].episode.turns)
+    assert run.all_failed and "prompt is too long" in run.first_error

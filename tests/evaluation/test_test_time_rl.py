@@ -5,6 +5,7 @@ option acts or is refused; pass@1 without and with are counted on the same probl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -14,14 +15,16 @@ import pytest
 import torch
 
 from ascent.config import load_config
+from ascent.config.llm_rules import eval_inert_settings
 from ascent.errors import ConfigError
 from ascent.evaluation import run_eval
 from ascent.evaluation import test_time_run as ttr
 from ascent.evaluation.test_time_rl import PolicyAdapter
-from ascent.evaluation.test_time_scoring import AttemptScorer
+from ascent.evaluation.test_time_scoring import AttemptScorer, majority
 from ascent.models import load_policy
 from ascent.rewards.judge import StdioTest
-from ascent.rollout.agentic.arithmetic import column_check
+from ascent.rollout.agentic.arithmetic import ArithmeticFormat, column_check
+from ascent.rollout.agentic.verify import Verifier
 from tests.api.scripted_server import Reply, Seen, models_body, ok
 from tests.evaluation.conftest import CHAT, MODELS, PROJECT, prompt_of
 
@@ -192,8 +195,10 @@ def _right(text: str, key: str) -> bool:
 
 def test_pass_at_1_without_and_with_count_the_same_problems(sandbox, tmp_path, run_cli):
     code, out, err = run_cli("eval", str(EXAMPLE), *[a for s in FAST for a in ("--set", s)],
-                             "--set", f'eval.output_dir="{tmp_path / "out"}"')  # fmt: skip
+                             "--set", f'eval.output_dir="{tmp_path / "out"}"',
+                             "--set", "optim.lr=0.5")  # fmt: skip
     assert code == 0, err
+    assert "warning: [optim] lr: test-time RL takes one optimiser step" in err
     assert "pass@1 without" in out and "pass@1 with" in out and "no signal" in out
     data = results(tmp_path)
     problems, overall = data["problems"], data["overall"]
@@ -324,3 +329,117 @@ def test_a_problem_file_without_samples_or_reference_is_refused(tmp_path, run_cl
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, _, err = run_cli("eval", str(EXAMPLE), "--set", f'eval.problems="{path}"')
     assert code == 2 and "has a sample test or a reference solution" in err, err
+
+
+# -- labels = "vote": majority-vote test-time RL, no checker -----------------------------------
+
+VOTE = ('eval.test_time_rl.labels="vote"', 'agentic.roles.testgen="off"')
+
+
+@pytest.mark.parametrize(
+    ("outputs", "expected"),
+    [
+        ([["5\n"], ["5"], ["6"]], ["5"]),  # 2 of 3, whitespace aside
+        ([["5"], ["6"]], [None]),  # a tie: no label
+        ([["5"], ["6"], ["7"]], [None]),  # no output given twice
+        ([["5", "a"], ["5", "b"], ["4", "b"], None], ["5", "b"]),  # per input; None: no program
+        ([["1 2"], ["1  2\n"], [None], [None], [None]], ["1 2"]),  # runs that failed do not vote
+        ([None, None], []),
+    ],
+)
+def test_majority_is_the_output_most_attempts_agree_on(outputs, expected):
+    assert majority(outputs) == expected
+
+
+def test_a_vote_rewards_agreement_with_the_most_common_output(sandbox, tmp_path):
+    """Rewards from [reward.code] compile_reward 0.1, adversarial_penalty -0.5 and
+    unparsable_reward -0.5, as in the example; the true answer of 2+3 plays no part."""
+    from ascent.config.rewards import CodeRewardSection, SandboxSection
+    from ascent.data import Problem
+    from ascent.rewards.sandbox import SandboxPool
+
+    fmt = ArithmeticFormat()
+    problem = Problem(key="02+03", prompt="02+03=", answer="5")
+    code = fmt.code_problem(problem)
+
+    async def scores(texts):
+        with SandboxPool(SandboxSection(workers=2)) as pool:
+            verifier = Verifier(pool, CodeRewardSection(compile_reward=0.1), SandboxSection())
+            scorer = AttemptScorer(fmt, verifier, testgen="off", api=None, max_generated_tests=8,
+                                   adversarial_penalty=-0.5, unparsable_reward=-0.5,
+                                   default_language="python", labels="vote")  # fmt: skip
+            visible = await scorer.prepare(problem, code)
+            assert visible.vote_inputs == ("",) and visible.code.reference_solution is None
+            return await scorer.score(visible, texts)
+
+    wrong_majority = asyncio.run(scores(["7", "7", "5", "x", "7"]))
+    assert wrong_majority.rewards == pytest.approx([0.1, 0.1, -0.4, -0.5, 0.1])
+    assert wrong_majority.accepted == [True, True, False, False, True]
+    tie = asyncio.run(scores(["7", "5"]))  # no majority: nothing is broken
+    assert tie.rewards == pytest.approx([0.1, 0.1])
+
+
+def test_a_vote_never_reads_the_reference_solution_or_the_hidden_tests(
+    sandbox, tmp_path, monkeypatch, spy
+):
+    run_eval(config(tmp_path / "real", *VOTE))
+    real = (list(spy.fed), list(spy.weights_after))
+    assert real[0]  # updates were taken
+    spy.fed.clear(), spy.weights_after.clear()
+    load = ttr.load_source
+
+    def corrupted(cfg):  # hidden outputs, answers and reference solutions all say MARKER
+        source = load(cfg)
+        pairs = []
+        for problem, code in source.problems:
+            hidden = tuple(StdioTest(t.input, MARKER) for t in code.hidden_tests)
+            code = replace(code, hidden_tests=hidden, reference_solution=f"print('{MARKER}')")
+            pairs.append((replace(problem, answer=MARKER), code))
+        return replace(source, problems=pairs)
+
+    monkeypatch.setattr(ttr, "load_source", corrupted)
+    run_eval(config(tmp_path / "wrong", *VOTE))
+    assert [r for r, _, _ in spy.fed] == [r for r, _, _ in real[0]]
+    for after, after0 in zip(spy.weights_after, real[1], strict=True):
+        assert all(torch.equal(after[k], after0[k]) for k in after0)
+    for view, tests, _ in spy.scored:
+        assert "reference_solution=None" in view and MARKER not in view and tests == "()"
+
+
+def test_with_reference_labels_the_reference_solution_is_the_checker(tmp_path):
+    """What the tiny example's lift rests on, written down: without the reference solution
+    nothing confirms the column checks and no attempt can be scored."""
+    load = ttr.load_source
+
+    def unreferenced(cfg):
+        source = load(cfg)
+        pairs = [(p, replace(c, reference_solution=None)) for p, c in source.problems]
+        return replace(source, problems=pairs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ttr, "load_source", unreferenced)
+        with pytest.raises(ConfigError, match='labels = "vote"'):
+            run_eval(config(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("override", "warning"),
+    [
+        ("agentic.api_max_tokens=64", "[agentic] api_max_tokens acts only in training"),
+        ("agentic.correction_clip=3.0", "[agentic] correction_clip acts only in asynchronous"),
+        ("agentic.immediate_reward_weight=0.5", "immediate_reward_weight acts only in credit"),
+        ("train.ppo_epochs=4", "[train] ppo_epochs: test-time RL takes one optimiser step"),
+        ('optim.schedule="linear"', "[optim] schedule: test-time RL takes one optimiser step"),
+    ],
+)
+def test_what_eval_cannot_act_on_is_warned_about(override, warning):
+    """Warned, not refused: `ascent eval RUN_DIR` reads a training run's config."""
+    assert eval_inert_settings(load_config(EXAMPLE)) == []  # the example sets nothing idle
+    assert any(warning in w for w in eval_inert_settings(load_config(EXAMPLE, [override])))
+
+
+def test_a_penalty_acts_in_a_vote_without_a_test_generator():
+    penalty = "agentic.adversarial_penalty=-0.3"
+    assert eval_inert_settings(load_config(EXAMPLE, [*VOTE, penalty])) == []
+    off = load_config(EXAMPLE, ['agentic.roles.testgen="off"', penalty])  # reference labels
+    assert any("adversarial_penalty does nothing" in w for w in eval_inert_settings(off))

@@ -140,20 +140,41 @@ def judge_attempt(
         worker.drop(program)
 
 
+def program_outputs(
+    worker: Worker,
+    problem: CodeProblem,
+    code: str,
+    language: str,
+    inputs: list[str],
+    cfg: SandboxSection,
+) -> list[str | None] | str:
+    """`code`'s output on each input (None where it did not compile or run cleanly), or a
+    sandbox failure's detail (str): that is not the program's fault."""
+    program = worker.prepare(code, language)
+    try:
+        if program.compile.status == "sandbox_error":
+            return program.compile.detail or "sandbox error"
+        if not program.ok:
+            return [None] * len(inputs)
+        limits = Limits.for_run(cfg, problem.time_limit_ms)
+        outputs: list[str | None] = []
+        for stdin in inputs:
+            run = worker.run(program, stdin, limits)
+            if run.status == "sandbox_error":
+                return run.detail or "sandbox error"
+            outputs.append(run.stdout if run.status == "ok" else None)
+        return outputs
+    finally:
+        worker.drop(program)
+
+
 def reference_outputs(
     worker: Worker, problem: CodeProblem, language: str, inputs: list[str], cfg: SandboxSection
 ) -> list[str | None]:
     """The reference solution's output on each input (None where it did not run cleanly)."""
     assert problem.reference_solution is not None
-    program = worker.prepare(problem.reference_solution, language)
-    try:
-        if not program.ok:
-            return [None] * len(inputs)
-        limits = Limits.for_run(cfg, problem.time_limit_ms)
-        runs = [worker.run(program, stdin, limits) for stdin in inputs]
-        return [r.stdout if r.status == "ok" else None for r in runs]
-    finally:
-        worker.drop(program)
+    found = program_outputs(worker, problem, problem.reference_solution, language, inputs, cfg)
+    return [None] * len(inputs) if isinstance(found, str) else found
 
 
 def judge_final(
@@ -238,6 +259,16 @@ class Verifier:
         return await self._cached(
             key,
             lambda w: judge_attempt(w, problem, code, language, generated, cfg, sandbox_cfg),
+        )
+
+    async def outputs(
+        self, problem: CodeProblem, code: str, language: str, inputs: tuple[str, ...]
+    ) -> list[str | None] | str:
+        """An attempt's output on each input (test-time RL's majority vote reads them)."""
+        sandbox_cfg = self.sandbox_cfg
+        return await self._cached(
+            ("outputs", problem, code, language, inputs),
+            lambda w: program_outputs(w, problem, code, language, list(inputs), sandbox_cfg),
         )
 
     async def final(self, problem: CodeProblem, code: str, language: str) -> CodeVerdict:
