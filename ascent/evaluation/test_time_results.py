@@ -176,7 +176,7 @@ def notes(
     testgen = sum(bool(r.visible.note) for r in results)
     if testgen:
         first = next(r.visible.note for r in results if r.visible.note)
-        out.append(f"{testgen} problem(s) got no generated tests from the test generator ({first})")
+        out.append(f"{testgen} problem(s) got no confirmed generated tests ({first})")
     errors = sum(u.why_not == "sandbox error" for r in results for u in r.adaptation.updates)
     if errors:
         out.append(f"{errors} update(s) skipped after a sandbox failure while scoring attempts")

@@ -148,7 +148,9 @@ class AttemptScorer:
         view = visible_view(problem, code, language)
         shown = view.columns["code_problem"]
         if not uses_reference:
-            return VisibleProblem(view, shown)
+            idle = self.testgen != "off" and not code.is_function
+            note = "no reference solution to confirm generated tests" if idle else ""
+            return VisibleProblem(view, shown, note=note)
         text, note = await self._propose(view, shown)
         tests = self.fmt.parse_tests(text, self.max_tests) if text else None
         if tests is None:

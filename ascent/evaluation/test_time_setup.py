@@ -96,6 +96,15 @@ def check_eval_keys(cfg: LLMConfig, source: ProblemSource) -> None:
                     "sample at [eval.test_time_rl] temperature; it acts only for an API test "
                     'generator (testgen = "api"); remove the key'
                 )
+    if (
+        ev.problems == HELD_OUT
+        and isinstance(source.fmt, EvalFormat)
+        and ev.explicitly_set("format")
+    ):
+        raise ConfigError(
+            f'[eval] format: with problems = "{HELD_OUT}" the rows are read as [data] reads '
+            "them, so it does nothing; remove the key"
+        )
     if not isinstance(source.fmt, EvalFormat):
         for key in ("max_problem_chars", "role_instructions", "language", "format"):
             if ev.explicitly_set(key):

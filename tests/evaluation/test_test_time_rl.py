@@ -284,6 +284,21 @@ def test_code_problems_whose_attempts_all_fail_alike_get_no_update(sandbox, tmp_
         assert all(u["why_not"] == "no signal" for u in p["update_log"])
 
 
+def test_a_test_generator_with_no_reference_to_confirm_it_is_said(sandbox, tmp_path):
+    path = _code_problems(tmp_path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        del row["reference_solution"], row["reference_language"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fit = ("eval.role_instructions=false", "eval.max_problem_chars=60")
+    run_eval(config(tmp_path, f'eval.problems="{path}"', *fit))
+    data = results(tmp_path)
+    assert "2 problem(s) got no confirmed generated tests (no reference solution to confirm " in (
+        " ".join(data["notes"])
+    )
+    assert all(p["visible_tests"]["generated_proposed"] == 0 for p in data["problems"])
+
+
 def test_a_prompt_over_the_models_context_is_refused(sandbox, tmp_path, run_cli):
     problems = f'eval.problems="{_code_problems(tmp_path)}"'
     code, _, err = run_cli("eval", str(EXAMPLE), "--set", problems)
@@ -443,3 +458,19 @@ def test_a_penalty_acts_in_a_vote_without_a_test_generator():
     assert eval_inert_settings(load_config(EXAMPLE, [*VOTE, penalty])) == []
     off = load_config(EXAMPLE, ['agentic.roles.testgen="off"', penalty])  # reference labels
     assert any("adversarial_penalty does nothing" in w for w in eval_inert_settings(off))
+
+
+def test_a_row_format_for_held_out_code_data_is_refused():
+    """With problems = "data:held_out" over code rows of [data] path, [data] reads the rows;
+    an [eval] format would change nothing."""
+    from ascent.evaluation.agentic_parts import EvalFormat
+    from ascent.evaluation.bands import Skipped as NoSkips
+    from ascent.evaluation.test_time_setup import ProblemSource, check_eval_keys
+
+    cfg = load_config(EXAMPLE, ['eval.format="code_contests"'])
+    source = ProblemSource("data:held_out (rows.jsonl)", Path("rows.jsonl"), "code",
+                           EvalFormat(True, 0), [], NoSkips())  # fmt: skip
+    with pytest.raises(ConfigError, match=r'\[eval\] format: with problems = "data:held_out"'):
+        check_eval_keys(cfg, source)
+    with pytest.raises(ConfigError, match="no problem of data:held_out"):
+        check_eval_keys(load_config(EXAMPLE), source)  # without the key: on to the next check
