@@ -11,7 +11,9 @@ ascent name in the wrong section (`[grpo] group_size`) needs no entry: `home` fi
 from __future__ import annotations
 
 import functools
+import math
 import posixpath
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,9 +71,42 @@ def _trackers(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
     return {"logging.trackers": names}
 
 
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def number(value: Any, what: str) -> int | float:
+    """`value` as a number for arithmetic: an int or float, or a string spelling one (PyYAML
+    reads `1e-5` as a string, since YAML 1.1 floats need a dot). ValueError otherwise, so the
+    key is listed as not mapped rather than multiplied as text ("8" x 4 is "8888")."""
+    found: Any = value
+    if isinstance(value, str) and len(value) <= 40 and _NUMBER.fullmatch(value.strip()):
+        text = value.strip()
+        found = int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
+    if isinstance(found, int) and not isinstance(found, bool):
+        return found
+    if isinstance(found, float) and math.isfinite(found):
+        return found
+    kind = "a finite number" if isinstance(found, float) else "a number"
+    raise ValueError(f"{what} is not {kind}")  # (not quoted: the row shows the value, masked)
+
+
+def whole(value: Any, what: str, least: int = 0) -> int:
+    """`value` as a whole number of at least `least` (`number`, then integral); ValueError
+    otherwise."""
+    found = number(value, what)
+    if isinstance(found, float) and not found.is_integer():
+        raise ValueError(f"{what} is not a whole number")
+    if found < least:
+        raise ValueError(f"{what} is below {least}")
+    return int(found)
+
+
+_PER_DEVICE, _ACCUMULATE = "per_device_train_batch_size", "gradient_accumulation_steps"
+
+
 def _batch(value: Any, context: Mapping[str, Any]) -> dict[str, Any]:
-    per_device = context.get("per_device_train_batch_size", 8)  # TRL's defaults
-    accumulate = context.get("gradient_accumulation_steps", 1)
+    per_device = whole(context.get("per_device_train_batch_size", 8), _PER_DEVICE, 1)  # TRL's
+    accumulate = whole(context.get("gradient_accumulation_steps", 1), _ACCUMULATE, 1)  # defaults
     return {"train.batch_size": per_device * accumulate, "train.micro_batch_size": per_device}
 
 
@@ -82,8 +117,8 @@ def _group(context: Mapping[str, Any]) -> int:
     return 8
 
 
-def _prompts(target: str) -> Convert:
-    return lambda value, context: {target: value * _group(context)}
+def _prompts(target: str, what: str) -> Convert:
+    return lambda value, context: {target: whole(value, what, 1) * _group(context)}
 
 
 def _warmup_steps(value: Any, context: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,13 +126,40 @@ def _warmup_steps(value: Any, context: Mapping[str, Any]) -> dict[str, Any]:
         (context[k] for k in ("max_steps", "total_steps", "total_training_steps") if k in context),
         None,
     )
-    if not isinstance(total, int) or total < 1:
+    if total is None:
         raise ValueError("warmup_steps needs the run's step count to become warmup_ratio")
-    return {"optim.warmup_ratio": round(value / total, 6)}
+    steps = whole(total, "the run's step count", 1)
+    return {"optim.warmup_ratio": round(number(value, "warmup_steps") / steps, 6)}
 
 
 def _betas(value: Any, context: Mapping[str, Any]) -> dict[str, Any]:
-    return {"optim.betas": [context.get("adam_beta1", 0.9), context.get("adam_beta2", 0.999)]}
+    beta1 = number(context.get("adam_beta1", 0.9), "adam_beta1")
+    return {"optim.betas": [beta1, number(context.get("adam_beta2", 0.999), "adam_beta2")]}
+
+
+# TRL's step counts: each counts optimiser steps (see `per_generation`).
+TRL_STEP_KEYS = frozenset({"max_steps", "save_steps", "eval_steps", "logging_steps"})
+
+
+def per_generation(key: str, value: Any, context: Mapping[str, Any]) -> tuple[int, str]:
+    """TRL's step count `value` (of `key`) as ascent's: (steps, a note saying how).
+
+    TRL counts optimiser steps, and with `num_iterations` k one generation feeds k of them;
+    ascent's [train] total_steps (and save_steps, eval_steps, [logging] log_every) count RL
+    steps: one rollout batch, with ppo_epochs (num_iterations) passes over it. So the count
+    divides by k, rounded up: a run as long or a little longer, checkpoints no rarer.
+    ValueError when either is not a count (TRL's fraction of the run, below 1, included).
+    """
+    k = whole(context["num_iterations"], "num_iterations", 1)
+    if isinstance(value, float) and 0 < value < 1:
+        raise ValueError(f"{key} below 1 is TRL's fraction of the run; give a step count")
+    steps = whole(value, key)
+    if k == 1:
+        return steps, ""
+    return -(-steps // k), (
+        f"TRL counts optimiser steps, {k} per generation (num_iterations = {k}); ascent counts "
+        f"rollout batches: {steps} / {k}, rounded up"
+    )
 
 
 def _bands(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,7 +169,7 @@ def _bands(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _ms(target: str) -> Convert:
-    return lambda value, _: {target: round(value * 1000)}
+    return lambda value, _: {target: round(number(value, "the time limit") * 1000)}
 
 
 def _run_dir(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
@@ -316,13 +378,13 @@ ALIASES: tuple[Alias, ...] = (
         "train_batch_size",
         "train.batch_size",
         "verl counts prompts, ascent completions: x group_size",
-        _prompts("train.batch_size"),
+        _prompts("train.batch_size", "train_batch_size"),
     ),
     row(
         "ppo_mini_batch_size",
         "train.mini_batch_size",
         "verl counts prompts, ascent completions: x group_size",
-        _prompts("train.mini_batch_size"),
+        _prompts("train.mini_batch_size", "ppo_mini_batch_size"),
     ),
     row("ppo_micro_batch_size_per_gpu", "train.micro_batch_size", "completions per pass"),
     row(

@@ -8,15 +8,19 @@ Every key of the file ends in one of four places, and the output says which:
   names where it came from;
 - left out: a concept ascent has no key for, a setting the chosen advantage estimator does
   not read, or a second key for a value another key already sets: listed in the header, why;
-- not mapped: a key nobody knows, or a value with no ascent form: listed in the header.
+- not mapped: a key nobody knows, a value with no ascent form (or none in TOML: YAML's null
+  inside a list, `!!set`, `!!binary`), or a secret (a key-shaped string, or any value of a
+  name such as `api_key`, shown masked and never written): listed in the header.
 
 A few settings the file implies are added, each with a comment (agentic episodes on when it
 sets multi-turn keys, the reward functions of the reward tables it fills, a cap on replayed
 completions' importance weights). A classic PPO config's `settings.json` (ascent's flat shape
 or the write-up's nested one) is folded in below the TOML's own keys, and the header says
 what ascent does with it when the result is saved beside it. The result is validated as
-`ascent config show` would; when it does not load, the text is still produced, with the
-reason, for the user to finish by hand. `migrate_toml.py` writes the commented TOML.
+`ascent config show` would (merged with that settings.json, as it will be read); when it does
+not load, the text is still produced, with the reason, for the user to finish by hand. TRL's
+step counts (optimiser steps) become rollout batches: divided by num_iterations, rounded up.
+`migrate_read.py` reads the file; `migrate_toml.py` writes the commented TOML.
 """
 
 from __future__ import annotations
@@ -28,12 +32,25 @@ from typing import Any
 
 from ascent.config import aliases
 from ascent.config.aliases import Alias, Kind, label
-from ascent.config.loader import config_from_data, read_toml, tomllib
-from ascent.config.migrate_toml import emit, nest, shown
-from ascent.config.settings_json import SETTINGS_FILE, read_settings
-from ascent.errors import AscentError, ConfigError, one_line
+from ascent.config.loader import config_from_data, tomllib
+from ascent.config.migrate_read import YAML_SUFFIXES, read_any
+from ascent.config.migrate_toml import (
+    emit,
+    holds_secret,
+    nest,
+    redact,
+    secret_name,
+    shown,
+    tomlable,
+)
+from ascent.config.settings_json import (
+    SETTINGS_FILE,
+    check_endpoints,
+    merge_settings_json,
+    read_settings,
+)
+from ascent.errors import AscentError, one_line
 
-YAML_SUFFIXES = (".yaml", ".yml")
 KEPT, SAME_NAME, ALIAS, IMPLIED = 0, 1, 2, 3  # who wins a key two sources set: lowest first
 SETTINGS_RANK = 10  # settings.json loses to the TOML, as when ascent reads it
 
@@ -62,32 +79,6 @@ class Migration:
     problem: str | None  # why the result does not load yet; None when it does
 
 
-def read_any(path: Path) -> dict[str, Any]:
-    """A TOML or YAML config as a dict; one-line `ConfigError` when it cannot be read."""
-    if path.suffix.lower() not in YAML_SUFFIXES:
-        return read_toml(path)
-    import yaml  # PyYAML: a dependency of transformers, so always installed with ascent
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(
-            f"{path}: cannot read the config ({err.strerror}); check the path"
-        ) from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "not valid YAML"
-        raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections and keys at the top level")
-    return data
-
-
 def _flat(node: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(node, Mapping):
         for key, value in node.items():
@@ -104,6 +95,7 @@ class _Migrator:
         self.left_out: list[tuple[str, str]] = []
         self.not_mapped: list[tuple[str, str]] = []
         self.comments: dict[str, tuple[str, str]] = {}  # key -> (where from, how)
+        self.endpoints: list[tuple[str, Any, int]] = []  # [service] endpoints: `_fit_versions`
 
     def table(self, table: Mapping[str, Any], section: str, where: str, rank: int) -> None:
         model = self.sections.get(section) if section else aliases.root_model(self.kind)
@@ -116,6 +108,9 @@ class _Migrator:
         if value is None:
             self.left_out.append((f"{origin} = null", "no TOML form; the default applies"))
             return
+        if "." in key:  # dotted targets could not tell it from a sub-table
+            self.unmapped(origin, value, "a name with a dot in it is no ascent key")
+            return
         known = model is not None and (
             key in aliases.keys_of(model) or model.model_config.get("extra") == "allow"
         )
@@ -125,39 +120,88 @@ class _Migrator:
         if known and dotted not in self.sections:  # (a value where a section belongs: aliases)
             self.assign(dotted, value, origin, KEPT + rank)
             return
+        if key == "endpoints" and section == "service":  # depends on the API root: settled later
+            self.endpoints.append((origin, value, rank))
+            return
+        note = ""
+        if key in aliases.TRL_STEP_KEYS and "num_iterations" in self.context:
+            try:
+                value, note = aliases.per_generation(key, value, self.context)
+            except ValueError as err:
+                self.unmapped(origin, value, str(err))
+                return
         found = aliases.resolve(key, section, self.kind)
         if isinstance(found, Alias):
-            self.alias(found, value, origin, rank)
+            self.alias(found, value, origin, rank, note)
         elif found is not None:
-            self.assign(found[0], value, origin, SAME_NAME + rank)
+            self.assign(found[0], value, origin, SAME_NAME + rank, note)
         elif isinstance(value, Mapping):
             self.table(value, dotted, where, rank)
         else:
             why = aliases.section_note(section.split(".")[0]) if section else None
-            self.not_mapped.append(
-                (f"{origin} = {shown(value)}", why or "no ascent key of this name")
-            )
+            self.unmapped(origin, value, why or "no ascent key of this name")
 
-    def alias(self, alias: Alias, value: Any, origin: str, rank: int) -> None:
+    def unmapped(self, origin: str, value: Any, why: str) -> None:
+        """List a key as not mapped; a secret's name says where the secret goes instead."""
+        if secret_name(origin):
+            why = f"{why}; {self.secret_home(origin)}"
+        self.not_mapped.append((f"{origin} = {shown(value, name=origin)}", why))
+
+    def secret_home(self, origin: str) -> str:
+        """Where a secret found in the file belongs: never in a config, which is shared."""
+        var = self.context.get("api_key_env")
+        if not isinstance(var, str) or not var or holds_secret(var):
+            var = _default(aliases.sections(self.kind), "api.api_key_env")
+        if origin.removeprefix(f"{SETTINGS_FILE} ") in (
+            "api_key",
+            "[api] api_key",
+            "[service] api_key",
+        ):
+            return (
+                f"a key does not go in a config: put it in the environment variable that [api] "
+                f"api_key_env names ({var}), or in .env beside the config"
+            )
+        return "a secret does not go in a config: keep it in an environment variable or .env"
+
+    def alias(self, alias: Alias, value: Any, origin: str, rank: int, note: str = "") -> None:
         try:
             values = alias.values(value, self.context)
         except (ValueError, TypeError) as err:
             why = str(err) if isinstance(err, ValueError) else "a value of the wrong type"
-            self.not_mapped.append((f"{origin} = {shown(value)}", f"{why}; {alias.note}"))
+            self.unmapped(origin, value, f"{why}; {alias.note}")
             return
         missing = [t for t in values if not aliases.is_key(t, self.kind)]
         if missing:
             why = f"{label(missing[0])} is not part of a {self.kind} run"
-            self.not_mapped.append((f"{origin} = {shown(value)}", why))
+            self.unmapped(origin, value, why)
             return
         if not values:
-            self.left_out.append((f"{origin} = {shown(value)}", alias.note))
+            self.left_out.append((f"{origin} = {shown(value, name=origin)}", alias.note))
         for target, converted in values.items():
             weak = IMPLIED if target in alias.weak else ALIAS
-            self.assign(target, converted, origin, weak + rank, alias.note)
+            self.assign(target, converted, origin, weak + rank, note or alias.note)
 
     def assign(self, target: str, value: Any, origin: str, rank: int, note: str = "") -> None:
-        self.assigned.append(Assignment(target, value, origin, rank, note))
+        """Set an ascent key, unless TOML cannot hold the value (YAML's null inside a list,
+        `!!set`, `!!binary`) or it is a secret, which the output must not carry."""
+        if not tomlable(value):
+            self.unmapped(origin, value, "no TOML form (a null inside it, a set or binary data)")
+        elif holds_secret(value, origin) and target.endswith("api_key_env"):
+            self.unmapped(
+                origin,
+                value,
+                f"looks like an API key, not a variable's name: put the key in an environment "
+                f"variable (or .env) and write that variable's NAME as {label(target)}",
+            )
+        elif holds_secret(value, origin):
+            self.unmapped(
+                origin,
+                value,
+                "looks like a secret, which a config must not hold: put it in an environment "
+                "variable (or .env) and name the variable where the config takes one",
+            )
+        else:
+            self.assigned.append(Assignment(target, value, origin, rank, note))
 
     def settle(self) -> dict[str, Assignment]:
         """One value per ascent key: the lowest rank wins, then the first written."""
@@ -171,17 +215,17 @@ class _Migrator:
             else:
                 self.left_out.append(
                     (
-                        f"{item.origin} = {shown(item.value)} as {label(item.target)}",
-                        f"{winner.origin} = {shown(winner.value)} sets it",
+                        f"{item.origin} = {shown(item.value, name=item.origin)} as "
+                        f"{label(item.target)}",
+                        f"{winner.origin} = {shown(winner.value, name=winner.origin)} sets it",
                     )
                 )
         return out
 
     def drop(self, values: dict[str, Assignment], target: str, why: str) -> None:
         item = values.pop(target)
-        self.left_out.append((f"{item.origin} = {shown(item.value)}", why))
-        for origin in item.also:
-            self.left_out.append((f"{origin} = {shown(item.value)}", why))
+        for origin in [item.origin, *item.also]:
+            self.left_out.append((f"{origin} = {shown(item.value, name=origin)}", why))
 
     def add(self, values: dict[str, Assignment], target: str, value: Any, why: str) -> None:
         values[target] = Assignment(target, value, "", KEPT)
@@ -214,6 +258,44 @@ def _fit_endpoint(m: _Migrator, values: dict[str, Assignment]) -> None:
             "api.base_url",
             f"[api] base_url_env reads it from {var.value} (put it there, or in .env)",
         )
+
+
+def _fit_versions(m: _Migrator, values: dict[str, Assignment]) -> None:
+    """[service] endpoints say which paths the API root serves. Read as the loader reads
+    settings.json's (`check_endpoints`): version-less ones under a version-less base_url are
+    [api] append_v1 = false; ones ascent would not request are not mapped; the rest agree
+    with what ascent requests and are left out."""
+    given = sorted(m.endpoints, key=lambda e: e[2])  # the file's before settings.json's
+    for n, (origin, value, rank) in enumerate(given):
+        row = f"{origin} = {shown(value, name=origin)}"
+        if n:
+            m.left_out.append((row, f"{given[0][0]} is read"))
+            continue
+        if "api.base_url_env" in values:
+            root: Any = None  # the variable gives it when the run starts: not checked
+        elif "api.base_url" in values:
+            root = values["api.base_url"].value
+        else:
+            root = _default(m.sections, "api.base_url")
+        if not isinstance(root, (str, type(None))):
+            m.left_out.append((row, "[api] base_url is not a URL (validation reports it)"))
+            continue
+        implied, why, refusal = check_endpoints(value, root)
+        if refusal:
+            m.not_mapped.append((row, refusal))
+        elif implied and "api.append_v1" in values:
+            item = values["api.append_v1"]
+            m.left_out.append((row, f"{item.origin or 'the file'} sets [api] append_v1"))
+        elif implied:
+            values["api.append_v1"] = Assignment(
+                "api.append_v1",
+                False,
+                origin,
+                IMPLIED + rank,
+                "paths without a version under a base_url without one: ascent adds no /v1",
+            )
+        else:
+            m.left_out.append((row, why or aliases.find("endpoints", "service", m.kind).note))
 
 
 def _fit_llm(m: _Migrator, values: dict[str, Assignment]) -> None:
@@ -270,7 +352,7 @@ def _fit_replay(m: _Migrator, values: dict[str, Assignment], meta: Any, adv: Any
         return
     if abs(fitted - item.value) > 1e-12:
         m.comments["sampling.replay_ratio"] = (
-            f"from {item.origin} = {shown(item.value)}",
+            f"from {item.origin} = {shown(item.value, name=item.origin)}",
             f"{item.value} x batch_size {batch} is {item.value * batch:g} completions; replayed "
             f"rows must leave whole groups of {group} fresh, so {fitted * batch:g}",
         )
@@ -297,12 +379,14 @@ def migrate_data(data: dict[str, Any], source: str, settings: dict[str, Any] | N
     """Migrate config data read from `source` (and a classic run's settings.json)."""
     kind: Kind = "classic" if "env" in data else "llm"
     context = dict(reversed(list(_flat(data))))  # first occurrence of each name wins
+    # (settings.json's names are not among them: its keys convert without the file's)
     m = _Migrator(kind, context)
     m.table(data, "", "", 0)
     if settings is not None:
         m.table(settings, "", f"{SETTINGS_FILE} ", SETTINGS_RANK)
     values = m.settle()
     _fit_endpoint(m, values)
+    _fit_versions(m, values)
     if kind == "llm":
         _fit_llm(m, values)
     for target, item in values.items():
@@ -310,15 +394,24 @@ def migrate_data(data: dict[str, Any], source: str, settings: dict[str, Any] | N
             m.comments.setdefault(target, _comment(item))
     plain = {t: a.value for t, a in values.items()}
     body: list[str] = []
-    emit(nest(plain, kind), "", m.comments, body, set())
-    problem, warnings = _check("\n".join(body) + "\n", source)
+    emit(nest(plain, kind), (), m.comments, body, set())
+    problem, warnings = _check("\n".join(body) + "\n", source, settings is not None)
     text = "\n".join(_header(source, kind, m, settings, problem, warnings) + body).strip() + "\n"
     return Migration(text, kind, plain, m.left_out, m.not_mapped, problem)
 
 
-def _check(text: str, source: str) -> tuple[str | None, list[str]]:
+def _check(text: str, source: str, beside_settings: bool) -> tuple[str | None, list[str]]:
+    """Load the result as `ascent config show` would: (why it does not load, or None; its
+    warnings). With a settings.json folded in, the result is merged with that settings.json
+    as the loader merges it when the file is saved beside it, so "loads with it" holds (a
+    field the merge refuses, such as runtime.num_workers = 4, is the reason)."""
     try:
-        cfg = config_from_data(tomllib.loads(text), f"{source} (migrated)")
+        raw = tomllib.loads(text)
+        if beside_settings:  # the settings.json beside the source, read as the loader reads it
+            raw = merge_settings_json(raw, Path(source))[0]
+        cfg = config_from_data(raw, f"{source} (migrated)")
+    except tomllib.TOMLDecodeError as err:
+        return f"{source} (migrated): not valid TOML ({err}); please report this", []
     except AscentError as err:
         return str(err), []
     return None, cfg.warnings
@@ -342,7 +435,7 @@ def _header(
     for title, rows in (("Left out", m.left_out), ("Not mapped", m.not_mapped)):
         if rows:
             lines.append(f"# {title}:")
-            lines += [f"#   {one_line(what)}: {one_line(why)}" for what, why in rows]
+            lines += [f"#   {one_line(what)}: {one_line(redact(why))}" for what, why in rows]
     lines += [f"# warning: {one_line(w)}" for w in warnings]
     if problem is not None:
         lines.append(f"# does not load yet: {one_line(problem)}")

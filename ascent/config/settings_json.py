@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from ascent.config.api import ApiSection
+from ascent.config.api import ApiSection, key_shaped, mask_secret
+from ascent.config.migrate_toml import masked, secret_name
 from ascent.config.run import LoggingSection, RunSection
 from ascent.errors import ConfigError, did_you_mean
 
@@ -117,8 +118,8 @@ def merge_settings_json(
             continue
         if target in taken:
             raise ConfigError(f"{path}: {taken[target][0]} and {field} both set {target}; keep one")
-        if field not in SETTINGS_KEYS:
-            _check_mapped(path, field, target, value)
+        if field not in SETTINGS_KEYS or (isinstance(value, str) and key_shaped(value)):
+            _check_mapped(path, field, target, value)  # (the loader's own message quotes it)
         taken[target] = (field, value)
     agreed, checked, warned, refused = _agreements(fields, taken, raw, Path(config_path), path)
     if refused:
@@ -140,16 +141,25 @@ def merge_settings_json(
             won = "" if rival == key else f"'s {rival}"
             origin = f"{origin}; " if origin else ""
             origin += f"overridden by the TOML{won}"
-        notes.append(f"{target} = {json.dumps(value)} from {path}" + (origin and f" ({origin})"))
+        shown = _shown(value, 10**6, field)
+        notes.append(f"{target} = {shown} from {path}" + (origin and f" ({origin})"))
         if rival not in table:
             merged[section] = {**merged.get(section, {}), key: value, **table}
-    notes += [f"{field} = {json.dumps(fields[field])} from {path}: {why}" for field, why in checked]
+    notes += [
+        f"{field} = {_shown(fields[field], 10**6, field)} from {path}: {why}"
+        for field, why in checked
+    ]
     return merged, notes, warnings
 
 
-def _shown(value: Any, limit: int = 60) -> str:
-    """A value from the user's file as JSON, cut short (a message stays one readable line)."""
-    text = json.dumps(value, default=str)
+def _shown(value: Any, limit: int = 60, name: str = "") -> str:
+    """A value from the user's file for a message: JSON, one line, cut short, a secret (a
+    pasted key, or anything under a name such as `token`) masked to 4 characters, as
+    `ascent config migrate` masks them (`migrate_toml.masked`)."""
+    secret = secret_name(name)
+    if isinstance(value, str) and (secret or key_shaped(value)):
+        return mask_secret(value)
+    text = json.dumps(masked(value, secret), default=str, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -159,8 +169,9 @@ def _settings_fields(settings: dict[str, Any], path: Path) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key, value in settings.items():
         if key not in valid:
+            name = mask_secret(key) if key_shaped(key) else repr(key)
             raise ConfigError(
-                f"{path}: unknown key {key!r}{did_you_mean(key, valid)}; valid keys: "
+                f"{path}: unknown key {name}{did_you_mean(key, valid)}; valid keys: "
                 f"{', '.join(valid)} (checkpoints are written under "
                 "output_dir/<run name>/checkpoints)"
             )
@@ -172,8 +183,9 @@ def _settings_fields(settings: dict[str, Any], path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: {key} must be an object with any of {', '.join(names)}")
         for sub, item in value.items():
             if sub not in names:
+                name = f"{key}.{mask_secret(sub)}" if key_shaped(sub) else f"'{key}.{sub}'"
                 raise ConfigError(
-                    f"{path}: unknown key '{key}.{sub}'{did_you_mean(sub, names)}; valid keys "
+                    f"{path}: unknown key {name}{did_you_mean(sub, names)}; valid keys "
                     f"in {key}: {', '.join(names)}"
                 )
             fields[f"{key}.{sub}"] = item
@@ -188,6 +200,8 @@ def _check_mapped(path: Path, field: str, target: str, value: Any) -> None:
     except ValidationError as err:
         msg = err.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
         msg = msg.removeprefix(f"[{section}] {key}: ").removeprefix(f"[{section}] {key} ")
+        if isinstance(value, str) and value and key_shaped(value):  # validators quote it
+            msg = msg.replace(repr(value), mask_secret(value)).replace(value, mask_secret(value))
         raise ConfigError(f"{path}: {field} -> [{section}] {key}: {msg}") from None
 
 
@@ -211,7 +225,7 @@ def _agreements(
             base_url = _api_root(raw, taken)
             if not isinstance(base_url, (str, type(None))):
                 continue  # validation reports base_url
-            implied, why, refusal = _endpoints(value, base_url)
+            implied, why, refusal = check_endpoints(value, base_url)
             agreed |= implied
             notes += [(field, why)] if why else []
             refused += [refusal] if refusal else []
@@ -315,7 +329,7 @@ def _path_verdict(
     return False, f"paths.tensorboard {shown} is not used: {goes}"
 
 
-def _endpoints(value: Any, base_url: str | None) -> tuple[Taken, str, str]:
+def check_endpoints(value: Any, base_url: str | None) -> tuple[Taken, str, str]:
     """service.endpoints against what ascent requests: base_url (+ /v1 when base_url has no
     version and append_v1) + /chat/completions or /models. Returns (the keys it implies, why
     it agrees, why it is refused); a version-less endpoint under a version-less base_url

@@ -146,6 +146,19 @@ def test_each_foreign_key_has_one_meaning_per_place():
         ("name", "model", "llm", "qwen", {}, {"model.name_or_path": "qwen"}),
         ("name", "env", "classic", "CartPole-v1", {}, {"env.id": "CartPole-v1"}),
         ("attn_implementation", "model", "llm", "sdpa", {}, {}),  # no equivalent
+        # numbers written as strings (quoted, or `1e3`, which PyYAML reads as text): numbers
+        (
+            "per_device_train_batch_size",
+            "",
+            "llm",
+            "8",
+            {"per_device_train_batch_size": "8", "gradient_accumulation_steps": 4},
+            {"train.batch_size": 32, "train.micro_batch_size": 8},  # not "8888"
+        ),
+        ("train_batch_size", "data", "llm", "128", {"n": 8}, {"train.batch_size": 1024}),
+        ("warmup_steps", "", "llm", "50", {"max_steps": "1e3"}, {"optim.warmup_ratio": 0.05}),
+        ("test_timeout", "reward.code", "llm", "2.5", {}, {"sandbox.time_limit_ms": 2500}),
+        ("adam_beta1", "", "llm", "0.8", {"adam_beta1": "0.8"}, {"optim.betas": [0.8, 0.999]}),
     ],
 )
 def test_a_foreign_value_becomes_ascent_keys(key, section, kind, value, context, expected):
@@ -164,6 +177,59 @@ def test_a_foreign_value_becomes_ascent_keys(key, section, kind, value, context,
 def test_a_value_with_no_ascent_form_is_refused_with_why(key, value):
     with pytest.raises(ValueError):
         find(key, "", "llm").values(value, {})  # warmup_steps: no step count to divide by
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "context", "why"),
+    [
+        (
+            "per_device_train_batch_size",
+            "eight",
+            {"per_device_train_batch_size": "eight"},
+            "a number",
+        ),
+        ("gradient_accumulation_steps", 4, {"gradient_accumulation_steps": "4x"}, "a number"),
+        ("per_device_train_batch_size", 2.5, {"per_device_train_batch_size": 2.5}, "whole"),
+        ("per_device_train_batch_size", 0, {"per_device_train_batch_size": 0}, "below 1"),
+        ("gradient_accumulation_steps", True, {"gradient_accumulation_steps": True}, "a number"),
+        ("test_timeout", float("inf"), {}, "finite"),  # not an OverflowError from round()
+        ("test_timeout", [10], {}, "a number"),
+        ("warmup_steps", 10, {"max_steps": "many"}, "a number"),
+    ],
+)
+def test_arithmetic_on_a_value_that_is_no_number_is_refused(key, value, context, why):
+    alias = find(key, "reward.code" if key == "test_timeout" else "", "llm")
+    with pytest.raises(ValueError, match=why):
+        alias.values(value, context)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "iterations", "expected"),
+    [
+        ("max_steps", 500, 2, 250),
+        ("max_steps", 100, 3, 34),  # 33.3 generations: one more, not one less
+        ("save_steps", 10, 4, 3),
+        ("eval_steps", "50", 2, 25),
+        ("logging_steps", 5, 2, 3),
+        ("logging_steps", 7, 1, 7),
+        ("save_steps", 0, 2, 0),  # TRL's "never" stays "only at the end"
+    ],
+)
+def test_trl_step_counts_become_rollout_batches(key, value, iterations, expected):
+    # TRL: max_steps optimiser steps, num_iterations of them per generation; ascent: one
+    # rollout batch per step. ceil(value / iterations), worked out by hand above.
+    steps, note = aliases.per_generation(key, value, {"num_iterations": iterations})
+    assert steps == expected
+    assert ("rounded up" in note) == (iterations > 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "iterations", "why"),
+    [(0.1, 2, "fraction of the run"), (100, 0, "below 1"), (100, "two", "a number")],
+)
+def test_a_trl_step_count_that_cannot_be_divided_is_refused(value, iterations, why):
+    with pytest.raises(ValueError, match=why):
+        aliases.per_generation("save_steps", value, {"num_iterations": iterations})
 
 
 # -- hints from the loader ----------------------------------------------------------------

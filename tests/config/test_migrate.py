@@ -6,6 +6,8 @@ that name the right ascent key."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ import tomli_w
 
 from ascent.config import ClassicConfig, LLMConfig, load_config
 from ascent.config.loader import tomllib
-from ascent.config.migrate import migrate_file, read_any
+from ascent.config.migrate import _check, migrate_file
+from ascent.config.migrate_read import read_any
 from ascent.errors import ConfigError
 
 SEEDS = Path(__file__).resolve().parent / "seed_configs"
@@ -200,48 +203,60 @@ def test_vapo(tmp_path, run_cli):
     assert any(row.startswith("#   [vapo] positive_replay = true: ") for row in rows)
 
 
+# What trl_grpo_config.yaml becomes, worked out from the file by hand. TRL's max_steps,
+# save_steps, eval_steps and logging_steps count optimiser steps, num_iterations = 2 of them per
+# generation; ascent counts rollout batches: each is divided by 2, rounded up.
+TRL_EXPECTED = {
+    "run.output_dir": "runs",  # output_dir = runs/qwen-grpo is the run directory
+    "run.name": "qwen-grpo",
+    "run.seed": 7,
+    "model.name_or_path": "Qwen/Qwen2.5-1.5B-Instruct",
+    "model.dtype": "bfloat16",
+    "model.gradient_checkpointing": True,
+    "model.lora.enabled": True,
+    "model.lora.r": 32,
+    "model.lora.alpha": 64,
+    "model.lora.dropout": 0.1,
+    "model.lora.target_modules": ["q_proj", "v_proj"],
+    "data.path": "trl-lib/DeepMath-103K",
+    "rollout.engine": "vllm",
+    "rollout.vllm.gpu_memory_utilization": 0.3,
+    "rollout.group_size": 8,
+    "rollout.max_new_tokens": 1024,
+    "rollout.temperature": 0.9,
+    "rollout.top_p": 0.95,
+    "rollout.top_k": 50,
+    "algorithm.kl_coef": 0.04,  # beta
+    "algorithm.clip_low": 0.2,  # epsilon
+    "algorithm.clip_high": 0.28,  # epsilon_high
+    "algorithm.loss_agg": "token_mean",  # loss_type = dapo
+    "algorithm.advantage": "dr_grpo",  # scale_rewards = false
+    "algorithm.overlong": "mask",  # mask_truncated_completions
+    "train.batch_size": 16,  # 4 per device x 4 accumulated
+    "train.micro_batch_size": 4,
+    "train.ppo_epochs": 2,  # num_iterations
+    "train.total_steps": 250,  # max_steps 500 / 2
+    "train.save_steps": 50,  # 100 / 2
+    "train.eval_steps": 25,  # 50 / 2
+    "logging.log_every": 3,  # logging_steps 5 / 2 = 2.5, rounded up
+    "train.keep_last": 3,
+    "train.max_grad_norm": 0.5,
+    "optim.lr": 3e-6,
+    "optim.schedule": "cosine",
+    "optim.warmup_ratio": 0.05,
+    "optim.weight_decay": 0.01,
+    "optim.betas": [0.9, 0.99],
+    "optim.eps": 1e-7,
+    "logging.trackers": ["wandb"],
+}
+
+
 def test_trl_grpo_config_names(tmp_path, run_cli):
     source = seed(tmp_path, "trl_grpo_config.yaml")
     result = migrate_file(source)
-    if not HAS_VLLM:  # use_vllm: the one thing that needs an extra to load
-        assert "needs the vllm extra" in (result.problem or "")
-        return
-    assert result.problem is None
-    (tmp_path / "cli").mkdir()
-    cfg, text = migrated(tmp_path / "cli", "trl_grpo_config.yaml", run_cli)
-    assert (cfg.run.output_dir, cfg.run.name, cfg.run.seed) == ("runs", "qwen-grpo", 7)
-    m = cfg.model
-    assert (m.name_or_path, m.dtype, m.gradient_checkpointing) == (
-        "Qwen/Qwen2.5-1.5B-Instruct",
-        "bfloat16",
-        True,
-    )
-    assert m.lora.enabled and (m.lora.r, m.lora.alpha, m.lora.dropout) == (32, 64, 0.1)
-    assert m.lora.target_modules == ["q_proj", "v_proj"]
-    assert cfg.data.path == "trl-lib/DeepMath-103K"
-    r = cfg.rollout
-    assert r.engine == "vllm" and r.vllm.gpu_memory_utilization == 0.3
-    assert (r.group_size, r.max_new_tokens, r.temperature, r.top_p, r.top_k) == (
-        8,
-        1024,
-        0.9,
-        0.95,
-        50,
-    )
-    alg = cfg.algorithm
-    assert (alg.kl_coef, alg.clip_low, alg.clip_high) == (0.04, 0.2, 0.28)  # beta, epsilon(_high)
-    assert alg.loss_agg == "token_mean"  # loss_type = dapo
-    assert alg.advantage == "dr_grpo"  # scale_rewards = false
-    assert alg.overlong == "mask"  # mask_truncated_completions
-    t = cfg.train
-    assert (t.batch_size, t.micro_batch_size, t.ppo_epochs) == (16, 4, 2)  # 4 x 4; iterations
-    assert (t.total_steps, t.save_steps, t.eval_steps, t.keep_last) == (500, 100, 50, 3)
-    assert t.max_grad_norm == 0.5
-    o = cfg.optim
-    assert (o.lr, o.schedule, o.warmup_ratio, o.weight_decay) == (3e-6, "cosine", 0.05, 0.01)
-    assert (o.betas, o.eps) == ((0.9, 0.99), 1e-7)
-    assert cfg.logging.log_every == 5 and cfg.logging.trackers == ["wandb"]
-    rows = comment_rows(text)
+    # every value, with or without vllm installed (use_vllm needs the extra only to load)
+    assert {k: result.values.get(k) for k in TRL_EXPECTED} == TRL_EXPECTED
+    rows = comment_rows(result.text)
     for left_out in (
         "max_prompt_length = 512",
         "num_train_epochs = 1",
@@ -249,27 +264,85 @@ def test_trl_grpo_config_names(tmp_path, run_cli):
         "epsilon = 0.2 as [algorithm] clip_high: epsilon_high = 0.28 sets it",
     ):
         assert any(row.startswith(f"#   {left_out}") for row in rows), left_out
+    assert "total_steps = 250  # from max_steps: TRL counts optimiser steps, 2 per " in result.text
+    assert "500 / 2, rounded up" in result.text
+    if not HAS_VLLM:
+        assert "needs the vllm extra" in (result.problem or "")
+        return
+    assert result.problem is None
+    (tmp_path / "cli").mkdir()
+    cfg, _ = migrated(tmp_path / "cli", "trl_grpo_config.yaml", run_cli)
+    loaded = cfg.model_dump()
+    for dotted, expected in TRL_EXPECTED.items():
+        node = loaded
+        for part in dotted.split("."):
+            node = node[part]
+        assert node == (tuple(expected) if dotted == "optim.betas" else expected), dotted
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in SEEDS.glob("*.to*") if p.is_file()))
-def test_every_key_is_kept_moved_or_listed(tmp_path, name):
-    """Nothing is lost silently: each key of the file either stays where it was or is named
-    in the output (in a `from ...` comment or the header's lists)."""
-    source = seed(tmp_path, name)
+def test_trl_steps_are_not_divided_without_num_iterations(tmp_path):
+    source = tmp_path / "trl.yaml"
+    source.write_text("max_steps: 500\nsave_steps: 100\neval_steps: 50\nlogging_steps: 5\n")
+    values = migrate_file(source).values
+    assert (values["train.total_steps"], values["train.save_steps"]) == (500, 100)
+    assert (values["train.eval_steps"], values["logging.log_every"]) == (50, 5)
+
+
+def test_a_trl_step_fraction_is_not_mapped_when_steps_are_divided(tmp_path):
+    source = tmp_path / "trl.yaml"
+    source.write_text("num_iterations: 2\nmax_steps: 100\nsave_steps: 0.25\n")
     result = migrate_file(source)
-    data = read_any(source)
+    assert result.values["train.total_steps"] == 50 and "train.save_steps" not in result.values
+    assert any(
+        row.startswith("#   save_steps = 0.25: save_steps below 1 is TRL's fraction of the run")
+        for row in comment_rows(result.text)
+    )
+
+
+def _seed_files() -> list[str]:
+    return sorted(p.name for p in SEEDS.iterdir() if p.suffix in (".toml", ".yaml", ".json"))
+
+
+def _accounted(result: Any, origin: str, dotted: str, value: Any) -> bool:
+    """Whether migrate says where a key went, in the forms it writes: kept in place with its
+    value, an inline `# from <origin>` comment on the key it moved to, or a header row
+    `#   <origin> = <value>: why` (left out, not mapped)."""
+    if not origin.startswith("settings.json ") and result.values.get(dotted, object()) == value:
+        return True
+    moved = re.compile(rf"  # from (?:.*, )?{re.escape(origin)}(?:, | = |: |$)")
+    body = [line for line in result.text.splitlines() if not line.startswith("#")]
+    if any(moved.search(line) for line in body):
+        return True
+    return any(row.startswith(f"#   {origin} = ") for row in comment_rows(result.text))
+
+
+@pytest.mark.parametrize("name", _seed_files())
+def test_every_key_is_kept_moved_or_listed(tmp_path, name):
+    """Nothing is lost silently: each key of each seed file (its settings.json too) either
+    stays where it was with its value or is named in the output, in the comment form
+    migrate uses for where it came from."""
+    if name.endswith(".json"):  # read beside the TOML of the same seed
+        toml = next(SEEDS.glob(f"{name.split('_')[0]}_*.toml")).name
+        source, prefix = seed(tmp_path, toml), "settings.json "
+        data = json.loads((SEEDS / name).read_text())
+    else:
+        source, prefix = seed(tmp_path, name), ""
+        data = read_any(source)
+    result = migrate_file(source)
 
     def leaves(node: dict[str, Any], path: tuple[str, ...]):
         for key, value in node.items():
             if isinstance(value, dict) and key not in ("endpoints",):
                 yield from leaves(value, (*path, key))
             else:
-                yield path, key
+                yield path, key, value
 
-    for path, key in leaves(data, ()):
-        origin = f"[{'.'.join(path)}] {key}" if path else key
-        kept = ".".join((*path, key)) in result.values
-        assert kept or origin in result.text, origin
+    found = list(leaves(data, ()))
+    assert found
+    for path, key, value in found:
+        origin = prefix + (f"[{'.'.join(path)}] {key}" if path else key)
+        dotted = ".".join((*path, key))
+        assert _accounted(result, origin, dotted, value), origin
 
 
 @pytest.mark.parametrize("name", ["seed001_srpo.yaml", "trl_grpo_config.yaml"])
@@ -310,6 +383,210 @@ def test_unreadable_yaml_is_one_line(tmp_path):
     (tmp_path / "list.yml").write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         migrate_file(tmp_path / "list.yml")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "target"),
+    [
+        ("lora_target_modules: [q_proj, null]\n", "lora_target_modules", "target_modules"),
+        ("lora_target_modules: !!set {q_proj: null}\n", "lora_target_modules", "target_modules"),
+        ("lora_dropout: [0.1, null]\n", "lora_dropout", "dropout"),
+        ("dataset_name: !!binary aGVsbG8=\n", "dataset_name", "path"),
+    ],
+)
+def test_a_value_toml_cannot_hold_is_listed_as_not_mapped(tmp_path, run_cli, text, key, target):
+    source = tmp_path / "trl.yaml"
+    source.write_text("lora_r: 8\n" + text)
+    code, out, err = run_cli("config", "migrate", str(source))
+    assert (code, err) == (0, "")
+    written = tomllib.loads(out)  # the rest is written, and is TOML
+    assert written["model"]["lora"]["r"] == 8
+    assert target not in written["model"]["lora"] and "data" not in written
+    row = next(r for r in comment_rows(out) if r.startswith(f"#   {key} = "))
+    assert row.endswith(": no TOML form (a null inside it, a set or binary data)")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: &a {b: *a}\n", "a value contains itself (a YAML anchor used inside its own value)"),
+        ("a: &a [1, *a]\n", "a value contains itself"),
+        ("seed: " + "9" * 4400 + "\n", "a number too long to read"),
+        ('lora_target_modules: ["\\ud800"]\n', "half of a surrogate pair ('\\ud800')"),
+        ("a: " + "[" * 40 + "]" * 40 + "\n", "nested more than 32 deep"),
+    ],
+)
+def test_a_yaml_no_config_can_be_is_one_line(tmp_path, run_cli, text, expected):
+    source = tmp_path / "odd.yaml"
+    source.write_text(text)
+    code, out, err = run_cli("config", "migrate", str(source))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith(f"error: {source}: ")
+    assert expected in err
+
+
+def test_a_table_name_that_is_no_bare_key_is_quoted(tmp_path):
+    source = tmp_path / "roles.toml"
+    source.write_text('[models."a b"]\nmodel = "m"\n[models."c.d"]\nmodel = "n"\n')
+    result = migrate_file(source)
+    assert '\n[models."a b"]\nmodel = "m"\n' in result.text
+    assert tomllib.loads(result.text)["models"] == {"a b": {"model": "m"}}
+    # the role name is what does not load, and says so; a dotted name is no ascent key
+    assert "unknown key 'a b'" in (result.problem or "")
+    assert '#   [models] c.d = {"model": "n"}: a name with a dot in it is no ascent key' in (
+        comment_rows(result.text)
+    )
+
+
+def test_text_that_is_not_toml_is_a_reason_not_a_traceback():
+    problem, warnings = _check("[models.a b]\n", "x.toml", False)
+    assert problem is not None and problem.startswith("x.toml (migrated): not valid TOML (")
+    assert warnings == []
+
+
+def leaked(text: str, secret: str) -> list[str]:
+    """Every 5-character piece of `secret` past its first 4 characters found in `text`."""
+    return [secret[i : i + 5] for i in range(4, len(secret) - 4) if secret[i : i + 5] in text]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "secret", "why"),
+    [
+        (
+            "a.toml",
+            '[api]\napi_key = "abcdef0123456789"\napi_key_env = "MY_KEY"\n',
+            "abcdef0123456789",
+            "put it in the environment variable that [api] api_key_env names (MY_KEY)",
+        ),
+        (
+            "b.yaml",
+            "hub_token: plainXq7Vb2value\nlearning_rate: 1.0e-6\n",
+            "plainXq7Vb2value",
+            "a secret does not go in a config",
+        ),
+        (
+            "c.toml",
+            '[api]\napi_key_env = "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd"\n',
+            "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd",
+            "looks like an API key, not a variable's name",
+        ),
+        (
+            "d.toml",
+            '[wandb]\nheaders = {authorization = "Bearer-xyz-0123456789"}\n',
+            "Bearer-xyz-0123456789",
+            "no ascent key of this name",
+        ),
+    ],
+)
+def test_a_secret_in_the_file_is_listed_masked_and_never_written(
+    tmp_path, run_cli, name, text, secret, why
+):
+    source = tmp_path / name
+    source.write_text(text)
+    code, out, err = run_cli("config", "migrate", str(source))
+    assert leaked(out + err, secret) == []
+    assert f"'{secret[:4]}…' ({len(secret)} chars)" in out
+    row = next(r for r in comment_rows(out) if secret[:4] in r)
+    assert why in row
+    assert code == 0, err  # the rest loads: nothing secret went into it
+
+
+def test_the_result_is_checked_with_the_settings_json_it_is_saved_beside(tmp_path, run_cli):
+    source = seed(tmp_path, "seed003_ppo.toml")
+    out = tmp_path / "migrated.toml"  # beside the settings.json: the merge applies
+    code, _, err = run_cli("config", "migrate", str(source), "--out", str(out))
+    assert code == 0, err
+    assert run_cli("config", "show", str(out))[0] == 0
+    settings = json.loads((SEEDS / "seed003_settings.json").read_text())
+    settings["runtime"]["num_workers"] = 4  # the merge refuses it
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    code, _, err = run_cli("config", "migrate", str(source), "--out", str(out))
+    assert code == 2 and err.count("\n") == 2  # "wrote PATH", then the one-line error
+    assert err.splitlines()[1].startswith("error: the migrated config does not load yet: ")
+    assert "runtime.num_workers 4: a classic run has no worker pool" in err
+    assert "# does not load yet: " in out.read_text()
+    code, _, shown_err = run_cli("config", "show", str(out))
+    assert code == 2 and "runtime.num_workers 4" in shown_err  # what migrate said
+
+
+@pytest.mark.parametrize(
+    ("service", "append_v1", "row"),
+    [
+        (
+            {"base_url": "https://x.example/api", "endpoints": {"chat": "/chat/completions"}},
+            False,
+            "",
+        ),
+        (
+            {"base_url": "https://x.example/api", "endpoints": {"chat": "/v1/chat/completions"}},
+            True,  # ascent adds /v1: the endpoints agree
+            "settings.json [service] endpoints = ",
+        ),
+        (
+            {"base_url": "https://x.example/v1", "endpoints": {"chat": "/chat/completions"}},
+            True,  # a versioned root: nothing to add or leave out
+            "settings.json [service] endpoints = ",
+        ),
+    ],
+)
+def test_service_endpoints_set_append_v1_as_the_loader_does(
+    tmp_path, run_cli, service, append_v1, row
+):
+    (tmp_path / "settings.json").write_text(json.dumps({"service": service}))
+    source = tmp_path / "ppo.toml"
+    source.write_text('[env]\nid = "CartPole-v1"\n')
+    loaded_beside = load_config(source).api.append_v1  # the loader, reading the settings.json
+    assert loaded_beside is append_v1
+    result = migrate_file(source)
+    (tmp_path / "alone").mkdir()
+    out = tmp_path / "alone" / "ppo.toml"  # without the settings.json: the file alone says it
+    out.write_text(result.text)
+    assert load_config(out).api.append_v1 is append_v1
+    if not append_v1:
+        assert (
+            "append_v1 = false  # from settings.json [service] endpoints: paths without a "
+            "version under a base_url without one: ascent adds no /v1"
+        ) in result.text
+    else:
+        assert "append_v1" not in tomllib.loads(result.text).get("api", {})
+        assert any(r.startswith(f"#   {row}") for r in comment_rows(result.text))
+
+
+def test_endpoints_ascent_would_not_request_are_not_mapped(tmp_path):
+    source = tmp_path / "w.toml"
+    source.write_text(
+        '[service]\nbase_url = "https://x.example/v1"\n'
+        'endpoints = {chat = "/v1/chat/completions"}\n'
+    )
+    rows = comment_rows(migrate_file(source).text)
+    assert any(
+        r.startswith("#   [service] endpoints = ") and "is not a request ascent sends" in r
+        for r in rows
+    ), rows
+
+
+def test_a_number_yaml_reads_as_text_becomes_a_number(tmp_path):
+    source = tmp_path / "trl.yaml"
+    source.write_text(
+        "learning_rate: 1e-5\nper_device_train_batch_size: '8'\ngradient_accumulation_steps: 4\n"
+    )
+    values = migrate_file(source).values
+    assert values["optim.lr"] == 1e-5 and isinstance(values["optim.lr"], float)
+    assert (values["train.batch_size"], values["train.micro_batch_size"]) == (32, 8)
+
+
+def test_a_batch_size_that_is_no_number_is_not_mapped(tmp_path):
+    source = tmp_path / "trl.yaml"
+    source.write_text("per_device_train_batch_size: eight\ngradient_accumulation_steps: 4\n")
+    result = migrate_file(source)
+    assert "train.batch_size" not in result.values
+    rows = comment_rows(result.text)
+    assert any(
+        r.startswith(
+            '#   per_device_train_batch_size = "eight": per_device_train_batch_size is not a number'
+        )
+        for r in rows
+    ), rows
 
 
 # -- the hints `ascent config show` gives on the unmigrated files, one key at a time ------

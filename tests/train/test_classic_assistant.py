@@ -336,7 +336,8 @@ def test_a_key_pasted_into_settings_json_is_refused_without_showing_it(tmp_path)
     (tmp_path / "settings.json").write_text(json.dumps({"service": {"api_key_env": key}}))
     with pytest.raises(ConfigError, match="looks like an API key") as err:
         load_config(classic(tmp_path))
-    assert key[4:] not in str(err.value)
+    shown = [key[i : i + 5] for i in range(4, len(key) - 4) if key[i : i + 5] in str(err.value)]
+    assert shown == []  # no 5 characters of it past the 4 that may be shown
 
 
 def test_version_less_endpoints_under_a_version_less_root_turn_append_v1_off(tmp_path):
