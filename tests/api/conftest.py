@@ -9,9 +9,9 @@ import pytest
 
 from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec
 from tests.api.scripted_server import ScriptedServer
+from tests.fake_secrets import FAKE_KEY
 
-# A fake key long enough that a leak of any 5 characters of it is detectable.
-KEY = "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd"
+KEY = FAKE_KEY
 KEY_VAR = "ASCENT_TEST_API_KEY"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 

@@ -20,6 +20,7 @@ from ascent.config.loader import tomllib
 from ascent.config.migrate import _check, migrate_file
 from ascent.config.migrate_read import read_any
 from ascent.errors import ConfigError
+from tests.fake_secrets import FAKE_KEY
 
 SEEDS = Path(__file__).resolve().parent / "seed_configs"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -466,8 +467,8 @@ def leaked(text: str, secret: str) -> list[str]:
         ),
         (
             "c.toml",
-            '[api]\napi_key_env = "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd"\n',
-            "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd",
+            f'[api]\napi_key_env = "{FAKE_KEY}"\n',
+            FAKE_KEY,
             "looks like an API key, not a variable's name",
         ),
         (

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-KEY = "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd"
+from tests.fake_secrets import FAKE_KEY
+
+KEY = FAKE_KEY
 
 
 def leaked(text: str, secret: str = KEY) -> list[str]:

@@ -57,7 +57,7 @@ def test_an_unknown_bundled_name_lists_the_known_ones_in_one_line():
 
 
 def test_nothing_in_the_repository_reads_data_from_beside_it():
-    # A user's clone has no ../shared; examples, code and tests must not look there.
+    # A user's clone has nothing beside it; examples, code and tests must not look there.
     offenders = []
     for folder in ("ascent", "examples", "tests", "benchmarks", "scripts"):
         for path in (PROJECT / folder).rglob("*"):

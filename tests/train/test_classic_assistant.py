@@ -24,6 +24,7 @@ from ascent.api.server import PolicyServer
 from ascent.config import load_config
 from ascent.errors import ConfigError
 from tests.api.scripted_server import Reply, ScriptedServer, chat_body, ok
+from tests.fake_secrets import FAKE_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ppo_cartpole.toml"
@@ -332,7 +333,7 @@ def test_a_settings_json_field_ascent_cannot_honour_is_refused_in_one_line(
 
 
 def test_a_key_pasted_into_settings_json_is_refused_without_showing_it(tmp_path):
-    key = "sk-Zq8RmW3vXk2PbN7yLc4TfH9sQw5Jd"
+    key = FAKE_KEY
     (tmp_path / "settings.json").write_text(json.dumps({"service": {"api_key_env": key}}))
     with pytest.raises(ConfigError, match="looks like an API key") as err:
         load_config(classic(tmp_path))
