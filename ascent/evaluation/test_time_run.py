@@ -169,7 +169,6 @@ async def _evaluate(
     finally:
         if api is not None:
             await api.aclose()
-    assert prompts == [adapter.prompt(source.fmt, v.code) for v in visible]
     answers = [adapter.answer(p) for p in prompts]  # from the weights under evaluation
     without = await asyncio.gather(
         *(_judge(verifier, source.fmt, code, text, ev.language)

@@ -85,6 +85,11 @@ class VisibleProblem:
         )
 
 
+def _spaced(text: str) -> str:
+    """An output as votes compare it: whitespace runs as one space, none at the ends."""
+    return " ".join(text.split())
+
+
 def majority(outputs: list[list[str | None] | None]) -> list[str | None]:
     """Per input, the output most attempts gave (whitespace-normalised), when at least 2 gave
     it and no other output was as common; None where there is no such output. An entry of
@@ -94,7 +99,7 @@ def majority(outputs: list[list[str | None] | None]) -> list[str | None]:
         return []
     labels: list[str | None] = []
     for k in range(len(ran[0])):
-        counts = Counter(" ".join(o[k].split()) for o in ran if o[k] is not None)
+        counts = Counter(_spaced(o[k]) for o in ran if o[k] is not None)
         top = counts.most_common(2)
         clear = top and top[0][1] >= 2 and (len(top) == 1 or top[1][1] < top[0][1])
         labels.append(top[0][0] if clear else None)
@@ -202,7 +207,7 @@ class AttemptScorer:
                 broken = [
                     o is not None
                     and any(
-                        want is not None and (got is None or " ".join(got.split()) != want)
+                        want is not None and (got is None or _spaced(got) != want)
                         for want, got in zip(labels, o, strict=True)
                     )
                     for o in runs
