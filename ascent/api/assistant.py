@@ -105,6 +105,11 @@ class LogAssistant:
             maxsize=1
         )
         self._busy = threading.Event()
+        # Once closed, an answer still on its way is dropped: printing it later would land in
+        # whatever the process does next (another run, a notebook cell), out of context.
+        self._closed = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[str] | None = None
         self._thread = threading.Thread(target=self._work, name="ascent-assistant", daemon=True)
         self._thread.start()
 
@@ -159,10 +164,16 @@ class LogAssistant:
         self._jobs.put_nowait((step, list(self._history)))
 
     def close(self, timeout: float = 0.0) -> None:
-        """Stop the worker; wait at most `timeout` seconds for an analysis in flight."""
+        """Stop the worker: wait at most `timeout` seconds for an analysis in flight, then
+        cancel it; nothing is printed or recorded after this returns."""
         with contextlib.suppress(queue.Full):  # full only for the instant before a job is taken
             self._jobs.put(None, timeout=1.0)
         self._thread.join(timeout)
+        self._closed.set()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed in the meantime
+                loop.call_soon_threadsafe(task.cancel)
 
     def finish(self, wait: bool = True) -> None:
         """The end of a run: wait for an analysis in flight at most FINAL_ANALYSIS_WAIT_S
@@ -185,7 +196,7 @@ class LogAssistant:
     # -- worker thread ------------------------------------------------------------------------
 
     def _work(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = self._loop = asyncio.new_event_loop()
         client: ApiClient | None = None
         try:
             while (job := self._jobs.get()) is not None:
@@ -193,18 +204,26 @@ class LogAssistant:
                 try:
                     if client is None:
                         client = self._make_client()
-                    text = loop.run_until_complete(self._ask(client, history))
+                    self._task = loop.create_task(self._ask(client, history))
+                    text = loop.run_until_complete(self._task)
+                    if self._closed.is_set():
+                        break
                     self._record({"step": step, "text": text})
                     self.echo(f"assistant (step {step}): {text}")
+                except asyncio.CancelledError:  # close() gave up on it
+                    break
                 except Exception as err:  # never reaches training
                     reason = (
                         f"no answer within {self.section.timeout_sec:g} s"
                         if isinstance(err, asyncio.TimeoutError)
                         else str(err) or type(err).__name__
                     )
+                    if self._closed.is_set():
+                        break
                     log.warning("assistant (step %d) failed: %s", step, reason)
                     self._record({"step": step, "error": reason})
                 finally:
+                    self._task = None
                     self._busy.clear()
         finally:
             if client is not None:

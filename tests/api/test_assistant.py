@@ -194,6 +194,26 @@ def test_a_hanging_endpoint_is_not_waited_for_when_the_run_ends(server, tmp_path
     assert a.analyses == []
 
 
+def test_an_answer_arriving_after_the_run_ended_is_never_printed_or_saved(server, tmp_path):
+    # Printed later, it would land in whatever the process does next (a second run, the next
+    # notebook cell, the next test's captured output): the worker is cancelled instead.
+    server.default(CHAT, Reply(200, chat_body("late"), delay=1.0))
+    printed: list[str] = []
+    with session(server, tmp_path, printed) as a:
+        a.observe(1, metrics(1))
+        deadline = time.monotonic() + 5
+        while server.count(CHAT) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.count(CHAT) == 1  # the request is in flight
+    time.sleep(1.5)  # the endpoint has answered by now
+    assert printed == [
+        "assistant: an analysis was still running when training ended; not waited for"
+    ]
+    assert a.analyses == [] and not (tmp_path / "assistant.jsonl").exists()
+    a._thread.join(2)
+    assert not a._thread.is_alive()
+
+
 def test_an_interrupted_run_never_waits_for_an_analysis(server, tmp_path):
     server.default(CHAT, answers_then(5.0))
     printed: list[str] = []
