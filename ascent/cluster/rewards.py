@@ -65,7 +65,7 @@ class RayRewardPool:
     def __init__(
         self, cluster: ClusterSection, reward: RewardSection, sandbox: SandboxSection
     ) -> None:
-        from ascent.cluster.runtime import connect
+        from ascent.cluster.runtime import connect, place
 
         ray = connect(cluster)
         self.ray = ray
@@ -75,9 +75,14 @@ class RayRewardPool:
         remote = ray.remote(num_cpus=cluster.cpus_per_reward, max_restarts=cluster.max_restarts)(
             RewardWorker
         )
+        self._group, strategies = place(
+            cluster, {"CPU": cluster.cpus_per_reward}, cluster.reward_workers
+        )
         self.workers = [
-            remote.remote(f"reward-{i}", reward, sandbox, self.ledger)
-            for i in range(cluster.reward_workers)
+            remote.options(scheduling_strategy=where).remote(
+                f"reward-{i}", reward, sandbox, self.ledger
+            )
+            for i, where in enumerate(strategies)
         ]
 
     def __call__(self, prompts: list[Any], completions: list[str], **columns: Any) -> RewardOutput:
@@ -127,8 +132,12 @@ class RayRewardPool:
         return {"cluster/reward_restarts": float(restarts)}
 
     def close(self) -> None:
+        from ascent.cluster.runtime import unplace
+
         for worker in self.workers:
             self.ray.kill(worker)
+        if self.workers:
+            unplace(self._group)
         self.workers = []
 
     def __enter__(self) -> RayRewardPool:

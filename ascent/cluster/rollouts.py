@@ -70,7 +70,7 @@ class RayRolloutEngine:
     def __init__(
         self, cluster: ClusterSection, model: ModelSection, pad_id: int, eos: Sequence[int]
     ) -> None:
-        from ascent.cluster.runtime import connect
+        from ascent.cluster.runtime import connect, place
 
         self.ray = ray = connect(cluster)
         self.cluster = cluster
@@ -84,9 +84,13 @@ class RayRolloutEngine:
             max_restarts=cluster.max_restarts,
             max_task_retries=0,  # a retried generate would run on a replica's initial weights
         )(RolloutReplica)
+        bundle = {"CPU": cluster.cpus_per_rollout, "GPU": cluster.gpus_per_rollout}
+        self._group, strategies = place(cluster, bundle, cluster.rollout_replicas)
         self.replicas = [
-            remote.remote(f"rollout-{i}", model, pad_id, list(eos), self.ledger)
-            for i in range(cluster.rollout_replicas)
+            remote.options(scheduling_strategy=where).remote(
+                f"rollout-{i}", model, pad_id, list(eos), self.ledger
+            )
+            for i, where in enumerate(strategies)
         ]
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
@@ -164,6 +168,10 @@ class RayRolloutEngine:
         return {"cluster/rollout_restarts": float(restarts)}
 
     def close(self) -> None:
+        from ascent.cluster.runtime import unplace
+
         for replica in self.replicas:
             self.ray.kill(replica)
+        if self.replicas:
+            unplace(self._group)
         self.replicas = []

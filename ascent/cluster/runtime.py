@@ -88,21 +88,34 @@ def check_resources(cluster: ClusterSection) -> None:
             )
 
 
-def placement_group(cluster: ClusterSection, bundles: list[dict[str, float]]) -> Any:
-    """A placement group of `bundles`, granted within timeout_sec or refused in one line."""
+def place(cluster: ClusterSection, bundle: dict[str, float], count: int) -> tuple[Any, list[Any]]:
+    """A placement group of `count` copies of `bundle`, laid out as `[cluster] placement` says
+    (granted within timeout_sec or refused in one line), and the scheduling strategy that puts
+    the i-th actor in the i-th bundle. A restarted actor goes back to its bundle."""
     connect(cluster)
-    from ray.util.placement_group import placement_group as make
-    from ray.util.placement_group import remove_placement_group
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    strategy = "PACK" if cluster.placement == "pack" else "SPREAD"
-    group = make(bundles, strategy=strategy)
+    strategy = cluster.placement.upper()  # PACK or SPREAD
+    one = {resource: amount for resource, amount in bundle.items() if amount > 0}
+    group = placement_group([dict(one) for _ in range(count)], strategy=strategy)
     if not group.wait(timeout_seconds=cluster.timeout_sec):
         remove_placement_group(group)
         raise AscentError(
-            f"[cluster] Ray did not grant {len(bundles)} bundles ({strategy}) within "
+            f"[cluster] Ray did not grant {count} bundles ({strategy}) within "
             f"{cluster.timeout_sec:g} s; the cluster lacks free resources for the placement"
         )
-    return group
+    return group, [
+        PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
+        for i in range(count)
+    ]
+
+
+def unplace(group: Any) -> None:
+    """Give a placement group's resources back (its actors are gone)."""
+    from ray.util.placement_group import remove_placement_group
+
+    remove_placement_group(group)
 
 
 def node_versions(ray: Any) -> dict[str, str]:

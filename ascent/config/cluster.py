@@ -48,8 +48,9 @@ class ClusterSection(Section):
     cpus_per_reward: float = Field(1.0, gt=0.0, description="CPUs each reward worker takes.")
     placement: Literal["pack", "spread"] = Field(
         "pack",
-        description="How the replicas' placement group is laid out: pack (as few nodes as "
-        "possible) or spread (over as many nodes as possible).",
+        description="How the rollout replicas' and the reward workers' placement groups (one "
+        "bundle per actor) are laid out: pack (as few nodes as possible) or spread (over as "
+        "many nodes as possible).",
     )
     max_restarts: int = Field(
         3, ge=0, description="Times Ray restarts an actor that died; its work is retried."
@@ -70,7 +71,20 @@ class ClusterSection(Section):
                         f'[cluster] {key}: only the ray backend uses it; set backend = "ray" '
                         "or remove the key"
                     )
-        elif self.address is not None and self.num_cpus is not None:
+        elif not (self.rollout_replicas or self.reward_workers):
+            raise ValueError(
+                '[cluster] backend = "ray" places nothing: set rollout_replicas and/or '
+                "reward_workers (e.g. 2)"
+            )
+        for key, count in (("cpus_per_rollout", "rollout_replicas"),
+                           ("gpus_per_rollout", "rollout_replicas"),
+                           ("cpus_per_reward", "reward_workers")):  # fmt: skip
+            if self.explicitly_set(key) and not getattr(self, count):
+                raise ValueError(
+                    f"[cluster] {key}: {count} = 0, so no actor takes it; set {count} or "
+                    "remove the key"
+                )
+        if self.address is not None and self.num_cpus is not None:
             raise ValueError(
                 "[cluster] num_cpus: it sizes a Ray this run starts, but address joins a "
                 "running cluster; remove one of them"

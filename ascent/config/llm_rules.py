@@ -265,7 +265,13 @@ def ratio_can_move(cfg: LLMConfig) -> bool:
 def inert_settings(cfg: LLMConfig) -> list[str]:
     """Warnings for settings that cannot act in this config."""
     warnings = []
-    exact_engine = cfg.rollout.engine == "transformers" and cfg.model.dtype == "float32"
+    c = cfg.cluster
+    exact_engine = (
+        cfg.rollout.engine == "transformers"
+        and cfg.model.dtype == "float32"
+        and not cfg.rollout.async_  # batches sampled ahead by older weights
+        and not (c.backend == "ray" and c.rollout_replicas)  # the replicas' own copies
+    )
     if exact_engine and cfg.algorithm.explicitly_set("engine_is_cap"):
         warnings.append(
             "[algorithm] engine_is_cap: the transformers engine in float32 samples with the "
@@ -378,7 +384,7 @@ def world_size_rules(cfg: LLMConfig, world: int) -> None:
 
 
 def async_settings(cfg: LLMConfig) -> None:
-    """Asynchronous rollouts ([rollout] async) and the Ray placement they may use."""
+    """Asynchronous rollouts ([rollout] async), and what Ray rollout replicas can serve."""
     r, c = cfg.rollout, cfg.cluster
     if not r.async_:
         _refuse_unused(r, "rollout", ("max_staleness",), "only async rollouts use it")
@@ -397,10 +403,11 @@ def async_settings(cfg: LLMConfig) -> None:
         for what, on in clash.items():
             if on:
                 raise ValueError(f"[rollout] async: not with {what}; remove one of them")
-    if c.backend == "ray" and not (c.rollout_replicas or c.reward_workers):
+    if c.backend == "ray" and c.rollout_replicas and cfg.rollout.engine != "transformers":
         raise ValueError(
-            '[cluster] backend = "ray" places nothing: set rollout_replicas and/or '
-            "reward_workers (e.g. 2)"
+            f"[cluster] rollout_replicas: the replicas run the transformers engine, not "
+            f'[rollout] engine = "{cfg.rollout.engine}"; set rollout_replicas = 0 or use the '
+            "transformers engine"
         )
     if c.backend == "ray" and c.rollout_replicas and cfg.agentic.enabled:
         raise ValueError(

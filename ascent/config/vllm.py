@@ -28,13 +28,14 @@ class VllmSection(Section):
     urls: list[str] = Field(
         default_factory=list,
         description="server mode: base URLs of running servers started with "
-        "VLLM_SERVER_DEV_MODE=1 (their weight-reload endpoints); empty: ascent starts `servers`.",
+        "VLLM_SERVER_DEV_MODE=1 (their weight-reload endpoints) and --logprobs-mode "
+        "processed_logprobs (log-probs at the temperature); empty: ascent starts `servers`.",
     )
     servers: int = Field(1, ge=1, description="server mode: servers ascent starts (urls empty).")
     weight_sync: Literal["disk", "nccl"] = Field(
         "disk",
         description="server mode: disk (safetensors in sync_dir, which the servers must be able "
-        "to read: a shared filesystem across nodes) or nccl (GPUs; not available yet).",
+        "to read: a shared filesystem across nodes); nccl (GPUs) is refused: not available yet.",
     )
     sync_dir: str | None = Field(
         None, description="server mode, disk sync: where weights are written; unset: RUN/vllm-sync."
@@ -70,9 +71,22 @@ class VllmSection(Section):
                         f'[rollout.vllm] {key}: only mode = "server" uses it; set mode = '
                         '"server" or remove the key'
                     )
-        if self.urls and self.explicitly_set("servers"):
+        elif self.explicitly_set("sleep_mode"):
             raise ValueError(
-                "[rollout.vllm] servers: urls names running servers, so ascent starts none; "
-                "remove one of the two keys"
+                '[rollout.vllm] sleep_mode: only mode = "colocate" sleeps (servers keep their '
+                "memory); remove the key"
             )
+        if self.weight_sync == "nccl":
+            raise ValueError(
+                '[rollout.vllm] weight_sync = "nccl": not available yet (it needs GPUs and '
+                'vLLM\'s weight-transfer engine); use weight_sync = "disk"'
+            )
+        if self.urls:
+            for key in ("servers", "kv_cache_mib", "gpu_memory_utilization", "max_model_len"):
+                if self.explicitly_set(key):
+                    raise ValueError(
+                        f"[rollout.vllm] {key}: urls names running servers, which were "
+                        "started with their own settings; remove the key (or urls, and ascent "
+                        "starts the servers)"
+                    )
         return self

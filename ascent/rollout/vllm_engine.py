@@ -71,6 +71,36 @@ def completions_to_batch(
     )
 
 
+def engine_args(
+    model_path: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    seed: int,
+    *,
+    kv_cache_mib: int,
+    gpu_memory_utilization: float,
+    max_model_len: int | None,
+    sleep_mode: bool,
+) -> dict[str, Any]:
+    """vLLM's engine arguments for ascent's rollouts. One list serves both modes (the
+    colocated `LLM(**args)` and each server's command line) so the two cannot drift: the
+    log-probs must be those of the tempered distribution the tokens were drawn from, in
+    either mode."""
+    args: dict[str, Any] = {
+        "model": model_path,
+        "dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype, "auto"),
+        "seed": seed,
+        "logprobs_mode": "processed_logprobs",
+        "max_model_len": max_model_len,
+    }
+    if device.type == "cpu":
+        args |= {"enforce_eager": True, "kv_cache_memory_bytes": kv_cache_mib << 20}
+    else:
+        args |= {"gpu_memory_utilization": gpu_memory_utilization,
+                 "enable_sleep_mode": sleep_mode}  # fmt: skip
+    return {k: v for k, v in args.items() if v is not None}
+
+
 class VLLMEngine:
     exact_logprobs = False  # other kernels: the trainer checks and weights the log-probs
 
@@ -100,22 +130,14 @@ class VLLMEngine:
         self.version = 0
         self.sleep_mode = sleep_mode and not cpu
         self.asleep = False
-        kwargs: dict[str, Any] = {
-            "model": model_path,
-            "dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype, "auto"),
-            "seed": seed,
-            "logprobs_mode": "processed_logprobs",
-            "max_model_len": max_model_len,
-        }
+        kwargs = engine_args(model_path, dtype, device, seed, kv_cache_mib=kv_cache_mib,
+                             gpu_memory_utilization=gpu_memory_utilization,
+                             max_model_len=max_model_len, sleep_mode=self.sleep_mode)  # fmt: skip
         if cpu:
-            kwargs |= {"enforce_eager": True, "distributed_executor_backend": "uni",
-                       "kv_cache_memory_bytes": kv_cache_mib << 20}  # fmt: skip
-        else:
-            kwargs |= {"gpu_memory_utilization": gpu_memory_utilization,
-                       "enable_sleep_mode": self.sleep_mode}  # fmt: skip
+            kwargs["distributed_executor_backend"] = "uni"  # in this process, no workers
         rng = torch.get_rng_state()
         try:
-            self.llm = LLM(**{k: v for k, v in kwargs.items() if v is not None})
+            self.llm = LLM(**kwargs)
         finally:
             torch.set_rng_state(rng)
 

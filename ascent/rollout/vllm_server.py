@@ -39,7 +39,7 @@ from ascent.errors import AscentError
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.engine import EngineContext
 from ascent.rollout.sampling import SamplingParams
-from ascent.rollout.vllm_engine import completions_to_batch
+from ascent.rollout.vllm_engine import completions_to_batch, engine_args
 
 MODEL_NAME = "policy"  # the name ascent's servers serve the model under
 
@@ -53,21 +53,22 @@ def _free_port() -> int:
 class ServerProcess:
     """A `vllm serve` process ascent started, in a process group of its own."""
 
-    def __init__(self, model: str, dtype: torch.dtype, device: torch.device, log: Path,
-                 seed: int, max_model_len: int | None, kv_cache_mib: int) -> None:  # fmt: skip
+    def __init__(self, args: dict[str, Any], device: torch.device, log: Path) -> None:
+        """`args`: `engine_args(...)`, the colocated engine's own, as command-line flags."""
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-               "--host", "127.0.0.1", "--port", str(self.port), "--seed", str(seed),
-               "--served-model-name", MODEL_NAME,
-               "--dtype", "float32" if dtype == torch.float32 else "bfloat16"]  # fmt: skip
-        if max_model_len:
-            cmd += ["--max-model-len", str(max_model_len)]
+        server = "vllm.entrypoints.openai.api_server"
+        cmd = [sys.executable, "-m", server, "--host", "127.0.0.1", "--port", str(self.port),
+               "--served-model-name", MODEL_NAME]  # fmt: skip
+        for key, value in args.items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                cmd.append(flag)
+            elif value is not False:
+                cmd += [flag, str(value)]
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_LOGGING_LEVEL="WARNING")
         if device.type == "cpu":
-            cmd += ["--enforce-eager"]
-            env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
-                    "VLLM_CPU_KVCACHE_SPACE": str(max(1, kv_cache_mib >> 10))}  # fmt: skip
+            env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log, self.cmd, self.env = log, cmd, env
         self.start()
@@ -121,24 +122,24 @@ class VLLMServers:
     @classmethod
     def from_config(cls, ctx: EngineContext, model_path: str) -> VLLMServers:
         v = ctx.cfg.rollout.vllm
-        if v.weight_sync == "nccl":
-            raise AscentError(
-                '[rollout.vllm] weight_sync = "nccl": not available yet (it needs GPUs and '
-                'vLLM\'s weight-transfer engine); use weight_sync = "disk"'
-            )
         sync_dir = Path(v.sync_dir) if v.sync_dir else ctx.work_dir / "vllm-sync"
         processes = []
         if not v.urls:
             for i in range(v.servers):
                 processes.append(
                     ServerProcess(
-                        model_path,
-                        ctx.compute_dtype,
+                        engine_args(
+                            model_path,
+                            ctx.compute_dtype,
+                            ctx.device,
+                            ctx.cfg.run.seed + i,
+                            kv_cache_mib=v.kv_cache_mib,
+                            gpu_memory_utilization=v.gpu_memory_utilization,
+                            max_model_len=v.max_model_len,
+                            sleep_mode=False,  # servers keep their memory
+                        ),
                         ctx.device,
                         ctx.work_dir / f"vllm-server-{i}.log",
-                        ctx.cfg.run.seed + i,
-                        v.max_model_len,
-                        v.kv_cache_mib,
                     )
                 )
         urls = v.urls or [p.url for p in processes]

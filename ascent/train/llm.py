@@ -280,6 +280,7 @@ def _placement(cfg: LLMConfig) -> dict[str, Any]:
 
     return {
         "backend": "ray",
+        "placement": c.placement,
         "rollout_replicas": c.rollout_replicas,
         "reward_workers": c.reward_workers,
         "nodes": sum(1 for n in ray.nodes() if n.get("Alive")),

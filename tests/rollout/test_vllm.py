@@ -135,6 +135,21 @@ def test_the_engine_without_the_extra_is_one_line_saying_how_to_install_it(monke
         load_config(None, ['rollout.engine="vllm"'])
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (['rollout.vllm.mode="server"', 'rollout.vllm.weight_sync="nccl"'],
+         r'weight_sync = "nccl": not available yet .* use weight_sync = "disk"'),
+        (['rollout.vllm.mode="server"', "rollout.vllm.sleep_mode=false"],
+         r'sleep_mode: only mode = "colocate" sleeps'),
+        (['rollout.vllm.servers=2'], r'servers: only mode = "server" uses it'),
+    ],
+)  # fmt: skip
+def test_vllm_settings_the_mode_cannot_use_are_refused_at_load(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ['rollout.engine="vllm"', *settings])
+
+
 def run_ascent(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ascent", *args], cwd=PROJECT,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
@@ -190,10 +205,10 @@ def test_a_server_that_restarts_gets_the_weights_again_and_a_dead_one_is_one_lin
         os.killpg(process.proc.pid, signal.SIGKILL)  # the server dies ...
         process.proc.wait()
         process.start()  # ... and is restarted (by a supervisor), with its initial weights
-        batch = servers.generate(ids(tok), [0, 1, 2], 2, SamplingParams(8),
+        batch = servers.generate(ids(tok), [0, 1, 2], 2, SamplingParams(8, temperature=0.7),
                                  torch.Generator().manual_seed(0))  # fmt: skip
-        with torch.no_grad():
-            expected = response_logprobs(trained, batch, 1.0)[0]
+        with torch.no_grad():  # the log-probs of the tempered distribution the tokens came from
+            expected = response_logprobs(trained, batch, 0.7)[0]
         mask = batch.response_mask.bool()
         assert float((expected[mask] - batch.logprobs[mask]).abs().max()) < 1e-4
         assert batch.versions.tolist() == [3] * 6

@@ -47,7 +47,7 @@ def test_a_ray_run_writes_what_a_local_run_writes_plus_its_placement(tmp_path):
     local_cfg = config(tmp_path, name="local")
     local = train_llm(local_cfg, RunDir.create(local_cfg))
     assert summary.keys() == local.keys()
-    assert summary["placement"] == {"backend": "ray", "rollout_replicas": 2,
+    assert summary["placement"] == {"backend": "ray", "placement": "pack", "rollout_replicas": 2,
                                     "reward_workers": 2, "nodes": 1}  # fmt: skip
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -79,6 +79,25 @@ def test_code_rewards_on_ray_workers_give_the_local_pools_verdicts(tmp_path):
     verdicts = [{k: d["code"].get(k) for k in ("passed", "total")} for d in got.details]
     assert verdicts == [{k: d["code"].get(k) for k in ("passed", "total")}
                         for d in expected.details]  # fmt: skip
+
+
+def test_actors_sit_in_a_placement_group_laid_out_as_placement_says():
+    from ascent.cluster.rewards import RayRewardPool
+    from ascent.config.rewards import RewardSection, SandboxSection
+
+    def groups():
+        table = ray.util.placement_group_table().values()
+        return [(g["strategy"], list(g["bundles"].values())) for g in table
+                if g["state"] == "CREATED"]  # fmt: skip
+
+    before = groups()
+    cluster = ClusterSection(backend="ray", reward_workers=2, cpus_per_reward=0.5,
+                             placement="spread")  # fmt: skip
+    with RayRewardPool(cluster, RewardSection(functions=["math"]), SandboxSection()) as pool:
+        assert groups() == [*before, ("SPREAD", [{"CPU": 0.5}, {"CPU": 0.5}])]
+        scored = pool(["1+1?"] * 2, [r"\boxed{2}", r"\boxed{3}"], answer=["2", "2"])
+        assert scored.total == [1.0, -1.0]
+    assert groups() == before  # its resources are given back
 
 
 def test_killed_reward_and_rollout_actors_are_restarted_and_nothing_is_lost(tmp_path, monkeypatch):
@@ -122,9 +141,28 @@ def test_an_unreachable_address_is_one_line_within_seconds(tmp_path, run_cli):
         ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
 
 
-def test_ray_settings_without_the_ray_backend_are_refused():
-    with pytest.raises(ConfigError, match='only the ray backend uses it; set backend = "ray"'):
-        load_config(None, ["cluster.reward_workers=2"])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["cluster.reward_workers=2"], 'only the ray backend uses it; set backend = "ray"'),
+        ([RAY[0]], 'backend = "ray" places nothing: set rollout_replicas'),
+        ([RAY[0], "cluster.reward_workers=2", "cluster.cpus_per_rollout=2"],
+         "cpus_per_rollout: rollout_replicas = 0, so no actor takes it"),
+        ([RAY[0], "cluster.rollout_replicas=2", 'rollout.engine="vllm"'],
+         'the replicas run the transformers engine, not \\[rollout\\] engine = "vllm"'),
+    ],
+)  # fmt: skip
+def test_cluster_settings_that_cannot_act_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, settings)
+
+
+def test_engine_is_cap_is_called_inert_only_where_no_correction_runs():
+    cap, f32 = "algorithm.engine_is_cap=3.0", 'model.dtype="float32"'
+    assert any("engine_is_cap" in w for w in load_config(None, [cap, f32]).warnings)
+    sampled_ahead = load_config(None, [cap, f32, "rollout.async=true"])
+    on_replicas = load_config(None, [cap, f32, RAY[0], "cluster.rollout_replicas=2"])
+    assert not any("engine_is_cap" in w for w in sampled_ahead.warnings + on_replicas.warnings)
 
 
 @pytest.mark.timeout(300)
