@@ -108,6 +108,7 @@ class LogAssistant:
         # Once closed, an answer still on its way is dropped: printing it later would land in
         # whatever the process does next (another run, a notebook cell), out of context.
         self._closed = threading.Event()
+        self._output = threading.Lock()  # close() and a last answer: one or the other first
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[str] | None = None
         self._thread = threading.Thread(target=self._work, name="ascent-assistant", daemon=True)
@@ -169,7 +170,8 @@ class LogAssistant:
         with contextlib.suppress(queue.Full):  # full only for the instant before a job is taken
             self._jobs.put(None, timeout=1.0)
         self._thread.join(timeout)
-        self._closed.set()
+        with self._output:
+            self._closed.set()
         loop, task = self._loop, self._task
         if loop is not None and task is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed in the meantime
@@ -206,10 +208,11 @@ class LogAssistant:
                         client = self._make_client()
                     self._task = loop.create_task(self._ask(client, history))
                     text = loop.run_until_complete(self._task)
-                    if self._closed.is_set():
-                        break
-                    self._record({"step": step, "text": text})
-                    self.echo(f"assistant (step {step}): {text}")
+                    with self._output:
+                        if self._closed.is_set():
+                            break
+                        self._record({"step": step, "text": text})
+                        self.echo(f"assistant (step {step}): {text}")
                 except asyncio.CancelledError:  # close() gave up on it
                     break
                 except Exception as err:  # never reaches training
@@ -218,10 +221,11 @@ class LogAssistant:
                         if isinstance(err, asyncio.TimeoutError)
                         else str(err) or type(err).__name__
                     )
-                    if self._closed.is_set():
-                        break
-                    log.warning("assistant (step %d) failed: %s", step, reason)
-                    self._record({"step": step, "error": reason})
+                    with self._output:
+                        if self._closed.is_set():
+                            break
+                        log.warning("assistant (step %d) failed: %s", step, reason)
+                        self._record({"step": step, "error": reason})
                 finally:
                     self._task = None
                     self._busy.clear()

@@ -25,6 +25,7 @@ from ascent.config.cluster import ClusterSection
 from ascent.config.llm import ModelSection
 from ascent.errors import AscentError
 from ascent.rollout import RolloutBatch, SamplingParams
+from ascent.rollout.sampling import draw_seeds
 
 
 class RolloutReplica:
@@ -41,7 +42,7 @@ class RolloutReplica:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         dtype = resolve_dtype(model.dtype, device)
         self.engine = TransformersEngine(
             load_frozen(model.name_or_path, model, device, dtype), pad_id=pad_id, eos_ids=eos
@@ -60,7 +61,7 @@ class RolloutReplica:
         params: SamplingParams,
         seed: int,
     ) -> RolloutBatch:
-        generator = torch.Generator().manual_seed(seed)
+        generator = torch.Generator(self.device).manual_seed(seed)  # the engine's device
         return self.engine.generate(prompts, group_ids, n, params, generator).to("cpu")
 
 
@@ -126,7 +127,7 @@ class RayRolloutEngine:
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
         bounds = [(a, b) for a, b in _shares(len(prompts), len(self.replicas)) if b > a]
-        seeds = torch.randint(0, 2**62, (len(bounds),), generator=generator).tolist()
+        seeds = draw_seeds(len(bounds), generator, high=2**62)
         parts = []
         for replica, (a, b), seed in zip(self.replicas, bounds, seeds, strict=False):
             args = ([list(p) for p in prompts[a:b]], list(group_ids[a:b]), n, params, seed)

@@ -88,6 +88,14 @@ class CleanSection(Section):
 
     @model_validator(mode="after")
     def _patterns_apply(self) -> CleanSection:
+        readers = {"question_sentences": "multi_question", "proof_with_number": "proof",
+                   "allowed_modules": "environment"}  # fmt: skip
+        for key, reason in readers.items():
+            if self.explicitly_set(key) and reason not in self.reasons:
+                raise ValueError(
+                    f"[clean] {key}: only the {reason} filter reads it, and [clean] reasons "
+                    f"leaves {reason} out; add it to reasons or remove the key"
+                )
         for reason, patterns in self.extra_patterns.items():
             if reason not in PATTERN_REASONS:
                 raise ValueError(

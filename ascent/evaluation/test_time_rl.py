@@ -165,6 +165,8 @@ class PolicyAdapter:
 
     def restore(self) -> None:
         """The original weights, exactly, and a fresh optimiser (no moments carried over)."""
+        if self.version == 0:  # no step since the last restore: nothing moved, skip the copy
+            return
         with torch.no_grad():
             self.model.load_state_dict(self.original)
         self.actor = self._fresh_actor()

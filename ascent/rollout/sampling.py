@@ -31,6 +31,13 @@ class SamplingParams:
         return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
 
 
+def draw_seeds(count: int, generator: torch.Generator | None, high: int = 2**31 - 1) -> list[int]:
+    """`count` seeds for engines that take integers (vLLM, Ray replicas), drawn from the
+    run's generator on that generator's own device (a CUDA generator cannot draw on the CPU)."""
+    device = generator.device if generator is not None else None
+    return torch.randint(0, high, (count,), generator=generator, device=device).tolist()
+
+
 def _truncate(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     """Logits with everything outside the top-k / top-p set at -inf (the argmax always stays)."""
     if top_k and top_k < logits.shape[-1]:

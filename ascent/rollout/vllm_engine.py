@@ -22,6 +22,7 @@ trainer's streams are untouched.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.engine import ENGINES, EngineContext
-from ascent.rollout.sampling import SamplingParams
+from ascent.rollout.sampling import SamplingParams, draw_seeds
 
 
 def _reload(worker: Any, weights: list[tuple[str, Tensor]]) -> None:
@@ -129,6 +130,7 @@ class VLLMEngine:
         self.device = device
         self.version = 0
         self.sleep_mode = sleep_mode and not cpu
+        self._lock = threading.RLock()
         self.asleep = False
         kwargs = engine_args(model_path, dtype, device, seed, kv_cache_mib=kv_cache_mib,
                              gpu_memory_utilization=gpu_memory_utilization,
@@ -142,17 +144,19 @@ class VLLMEngine:
             torch.set_rng_state(rng)
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
-        if self.asleep:
-            self.llm.wake_up(tags=["weights"])
         full = [(name, t.detach()) for name, t in weights]
-        self.llm.collective_rpc(_reload, args=(full,))
-        self.version = version
+        with self._lock:  # not while `[rollout] async` generates on its own thread
+            if self.asleep:
+                self.llm.wake_up(tags=["weights"])
+            self.llm.collective_rpc(_reload, args=(full,))
+            self.version = version
 
     def sleep(self) -> None:
         """Free the engine's GPU memory for the update (GPU with sleep_mode only)."""
-        if self.sleep_mode and not self.asleep:
-            self.llm.sleep(level=1)
-            self.asleep = True
+        with self._lock:
+            if self.sleep_mode and not self.asleep:
+                self.llm.sleep(level=1)
+                self.asleep = True
 
     def _wake(self) -> None:
         if self.asleep:
@@ -173,8 +177,7 @@ class VLLMEngine:
 
         if len(group_ids) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(group_ids)} group ids")
-        self._wake()
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        seeds = draw_seeds(len(prompts), generator)
         per_prompt = [
             VllmParams(
                 n=n,
@@ -189,30 +192,31 @@ class VLLMEngine:
             )
             for seed in seeds
         ]
-        rng = torch.get_rng_state()
-        try:
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                per_prompt,
-                use_tqdm=False,
-            )
-        finally:
-            torch.set_rng_state(rng)
+        with self._lock:
+            self._wake()
+            rng = torch.get_rng_state()
+            try:
+                outputs = self.llm.generate(
+                    [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                    per_prompt,
+                    use_tqdm=False,
+                )
+            finally:
+                torch.set_rng_state(rng)
+            version = self.version
         rows = []
         for i, out in enumerate(outputs):
             for c in out.outputs:
                 tokens = list(c.token_ids)
                 lps = [float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs, strict=True)]
                 rows.append((i, tokens, lps, bool(tokens) and tokens[-1] in self.eos_ids))
-        batch = completions_to_batch(prompts, group_ids, rows, self.pad_id, self.version,
+        batch = completions_to_batch(prompts, group_ids, rows, self.pad_id, version,
                                      self.device)  # fmt: skip
         self.sleep()
         return batch
 
     def close(self) -> None:
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            del llm
+        self.llm = None  # vLLM's in-process engine is freed with its last reference
 
 
 @ENGINES.register("vllm")

@@ -38,7 +38,7 @@ from torch import Tensor
 from ascent.errors import AscentError
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.engine import EngineContext
-from ascent.rollout.sampling import SamplingParams
+from ascent.rollout.sampling import SamplingParams, draw_seeds
 from ascent.rollout.vllm_engine import completions_to_batch, engine_args
 
 MODEL_NAME = "policy"  # the name ascent's servers serve the model under
@@ -205,7 +205,7 @@ class VLLMServers:
         params: SamplingParams,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        seeds = draw_seeds(len(prompts), generator)
         rows: list[tuple[int, list[int], list[float], bool]] = []
         for s, url in enumerate(self.urls):
             mine = list(range(s, len(prompts), len(self.urls)))

@@ -597,6 +597,18 @@ def test_the_config_names_every_registered_filter_in_order():
         assert FILTERS.meta(reason)["kinds"]
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [("question_sentences", 3, "multi_question"), ("proof_with_number", True, "proof"),
+     ("allowed_modules", ["numpy"], "environment")],
+)  # fmt: skip
+def test_a_filter_setting_is_refused_when_its_filter_is_off(key, value, reason):
+    others = [r for r in REASONS if r != reason]
+    with pytest.raises(ValueError, match=f"{key}: only the {reason} filter reads it"):
+        CleanSection(reasons=others, **{key: value})
+    assert getattr(CleanSection(**{key: value}), key) == value  # with the filter on: accepted
+
+
 # -- the bundled sets ----------------------------------------------------------------------------
 
 
