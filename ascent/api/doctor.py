@@ -100,7 +100,8 @@ def cluster_checks(cluster: Any) -> list[Check]:
         return [Check("cluster", "fail", str(err))]
     have = ray.cluster_resources()
     where = cluster.address or "a local Ray"
-    checks = [Check("cluster", "ok", f"{where}: {len(runtime.node_versions(ray))} node(s), "
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    checks = [Check("cluster", "ok", f"{where}: {nodes} node(s), "
                     f"{have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs")]  # fmt: skip
     try:
         runtime.check_resources(cluster)
@@ -109,14 +110,11 @@ def cluster_checks(cluster: Any) -> list[Check]:
         checks.append(Check("cluster resources", "ok", detail))
     except AscentError as err:
         checks.append(Check("cluster resources", "fail", str(err)))
-    driver = ray.__version__
-    others = {node: v for node, v in runtime.node_versions(ray).items() if v != driver}
-    if others:
-        listed = ", ".join(f"{node} has {v}" for node, v in sorted(others.items()))
-        detail = f"the driver runs Ray {driver} but {listed}; install one version everywhere"
-        checks.append(Check("ray versions", "fail", detail))
-    else:
+    try:
+        driver = runtime.check_versions(ray)
         checks.append(Check("ray versions", "ok", f"Ray {driver} on every node"))
+    except AscentError as err:
+        checks.append(Check("ray versions", "fail", str(err).removeprefix("[cluster] ")))
     return checks
 
 

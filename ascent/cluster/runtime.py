@@ -75,6 +75,12 @@ def needed(cluster: ClusterSection) -> dict[str, float]:
     }
 
 
+def check_cluster(cluster: ClusterSection) -> None:
+    """Everything a run needs of the cluster, checked before any actor is started."""
+    check_versions(connect(cluster))
+    check_resources(cluster)
+
+
 def check_resources(cluster: ClusterSection) -> None:
     """Refuse a placement the cluster cannot satisfy (Ray would wait for it forever)."""
     ray = connect(cluster)
@@ -116,6 +122,19 @@ def unplace(group: Any) -> None:
     from ray.util.placement_group import remove_placement_group
 
     remove_placement_group(group)
+
+
+def check_versions(ray: Any) -> str:
+    """Refuse a cluster with a node on another Ray than the driver's (actors would fail in
+    ways that do not name the cause); the driver's version when all agree."""
+    driver = ray.__version__
+    others = {node: v for node, v in node_versions(ray).items() if v != driver}
+    if others:
+        listed = ", ".join(f"{node} has {v}" for node, v in sorted(others.items()))
+        raise AscentError(
+            f"[cluster] the driver runs Ray {driver} but {listed}; install one version everywhere"
+        )
+    return driver
 
 
 def node_versions(ray: Any) -> dict[str, str]:

@@ -27,8 +27,9 @@ from ascent.data.code_problems import CodeProblem, read_jsonl
 from ascent.errors import ConfigError
 from ascent.evaluation.policy import FATAL_ERRORS, MAX_TOKENS_HINT, EndpointFailed
 from ascent.evaluation.problem_set import ProblemSet
+from ascent.rewards.code import language_name
 from ascent.rewards.sandbox import SandboxPool
-from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
+from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings, reference_users
 from ascent.rollout.agentic.formats import INSTRUCTIONS, CodeFormat
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.verify import Verifier
@@ -207,17 +208,24 @@ def episode_problems(problem_set: ProblemSet, roles: dict[str, str]) -> list[Pro
             'episodes judge programs; use mode = "single" or a code problem file'
         )
     languages = _reference_languages(problem_set)
-    uses_reference = roles["testgen"] != "off" or roles["solver"] == "scripted"
+    users = reference_users(roles)
     out = []
     for code in problem_set.problems:
         assert isinstance(code, CodeProblem)
         language = languages.get(code.id)
-        if uses_reference and code.reference_solution and not code.is_function and not language:
-            raise ConfigError(
-                f"problem {code.id}: its reference solution (which confirms generated tests) "
-                "has no reference_language; add the column (python or cpp) to the rows, or "
-                'set [agentic.roles] testgen = "off"'
+        runs_reference = users and code.reference_solution and not code.is_function
+        if runs_reference and not language:
+            why, fix = (
+                ("confirms generated tests", 'set [agentic.roles] testgen = "off"')
+                if users[0] == "testgen"
+                else ("is the scripted solver's answer", 'set [agentic.roles] solver = "policy"')
             )
+            raise ConfigError(
+                f"problem {code.id}: its reference solution (which {why}) has no "
+                f"reference_language; add the column (python or cpp) to the rows, or {fix}"
+            )
+        if runs_reference:
+            language_name(language, f"problem {code.id}: reference_language")
         columns = {"code_problem": code, "reference_language": language}
         out.append(Problem(key=code.id, prompt=code.statement, answer="", columns=columns))
     return out

@@ -274,9 +274,9 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
         )
     chat = uses_chat_template(cfg.data.chat_template, tokenizer)
     if cfg.cluster.backend == "ray":
-        from ascent.cluster.runtime import check_resources
+        from ascent.cluster.runtime import check_cluster
 
-        check_resources(cfg.cluster)
+        check_cluster(cfg.cluster)
     engine = make_engine(cfg, actor, tokenizer)
     if not engine.exact_logprobs or cfg.rollout.async_:
         parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)

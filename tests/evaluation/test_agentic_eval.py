@@ -328,6 +328,31 @@ def test_roles_the_evaluation_cannot_play_are_refused_before_anything_runs(
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("roles", "language", "message"),
+    [
+        ({"testgen": "scripted"}, None,
+         'which confirms generated tests) has no reference_language; add the column (python or '
+         'cpp) to the rows, or set [agentic.roles] testgen = "off"'),
+        ({"solver": "scripted"}, None,
+         "which is the scripted solver's answer) has no reference_language; add the column "
+         '(python or cpp) to the rows, or set [agentic.roles] solver = "policy"'),
+        ({"testgen": "scripted"}, "java",
+         "problem double: reference_language 'java' is not supported; use python or cpp"),
+    ],
+)  # fmt: skip
+def test_a_reference_solution_an_episode_cannot_run_is_refused_before_anything_runs(
+    tmp_path, roles, language, message
+):
+    row = {k: v for k, v in problem("double", 2, 900).items() if k != "reference_language"}
+    path = write_problems(tmp_path, [row | ({"reference_language": language} if language else {})])
+    all_roles = {"hypothesis": "off", "solver": "api", "testgen": "off", "summarizer": "off"}
+    config = agentic_config(tmp_path, path, "http://127.0.0.1:9", all_roles | roles)
+    with pytest.raises(AscentError) as err:
+        run_eval(load_config(config))
+    assert message in str(err.value)
+
+
 def test_agentic_eval_against_ascent_serve_prints_the_band_table(
     sandbox,
     served_tiny,  # noqa: F811 (the fixture imported above)

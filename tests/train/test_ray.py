@@ -186,3 +186,18 @@ def test_doctor_checks_the_cluster_its_resources_and_ray_versions():
     big = {c.name: c for c in run_doctor(None, [*RAY[:1], "cluster.reward_workers=9"])}
     assert big["cluster resources"].status == "fail"
     assert "needs 9 CPUs but the cluster has 4" in big["cluster resources"].detail
+
+
+def test_a_node_on_another_ray_is_refused_by_a_run_and_failed_by_doctor(monkeypatch):
+    # One Ray version per machine here: the other node's report is the one thing faked.
+    from ascent.api.doctor import run_doctor
+    from ascent.cluster import runtime
+
+    real = runtime.node_versions
+    monkeypatch.setattr(runtime, "node_versions", lambda r: real(r) | {"10.0.0.2": "2.0.0"})
+    cluster = ClusterSection(backend="ray", reward_workers=1, cpus_per_reward=0.5)
+    with pytest.raises(AscentError, match=f"driver runs Ray {ray.__version__} but 10.0.0.2 has"):
+        runtime.check_cluster(cluster)
+    checks = {c.name: c for c in run_doctor(None, [*RAY[:1], "cluster.reward_workers=1"])}
+    assert checks["ray versions"].status == "fail"
+    assert "10.0.0.2 has 2.0.0; install one version everywhere" in checks["ray versions"].detail

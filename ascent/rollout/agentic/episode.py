@@ -15,6 +15,7 @@ unparsable_reward, never an exception; the episode goes on without it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -43,6 +44,17 @@ class EpisodeSettings:
     default_language: str
 
 
+def reference_users(roles: Mapping[str, str]) -> list[str]:
+    """The roles an episode runs a problem's reference solution for: the test generator
+    (the reference confirms its tests) and the scripted solver (it submits the reference)."""
+    users = []
+    if roles["testgen"] != "off":
+        users.append("testgen")
+    if roles["solver"] == "scripted":
+        users.append("solver")
+    return users
+
+
 class EpisodeRunner:
     """Plays episodes with the given role backends; one runner serves many episodes at once."""
 
@@ -69,8 +81,7 @@ class EpisodeRunner:
 
     async def run(self, problem: Problem, uid: int) -> Episode:
         ep = Episode(problem, self.fmt.code_problem(problem), uid)
-        uses_reference = self.s.roles["testgen"] != "off" or self.s.roles["solver"] == "scripted"
-        if uses_reference and ep.code.reference_solution and not ep.code.is_function:
+        if reference_users(self.s.roles) and ep.code.reference_solution and not ep.code.is_function:
             ep.reference_language = self.fmt.reference_language(problem, ep.code)
         for attempt in range(self.s.max_turns):
             ep.attempts = attempt + 1
