@@ -152,6 +152,13 @@ class ApiClient:
 
     # -- public -------------------------------------------------------------------------------
 
+    def with_length_settings(self, settings: str) -> ApiClient:
+        """Name `settings` as what shortens every role's requests in a too-long-request
+        diagnosis (the command's own keys: `ascent eval`'s, `ascent data grade`'s)."""
+        named = {r: dataclasses.replace(s, length_settings=settings) for r, s in self.roles.items()}
+        self.roles = named
+        return self
+
     def spec(self, role: str) -> RoleSpec:
         try:
             return self.roles[role]

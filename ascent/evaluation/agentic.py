@@ -61,6 +61,7 @@ from ascent.evaluation.agentic_results import (
 )
 from ascent.evaluation.bands import band_of
 from ascent.evaluation.harness import REPORTED_FAILURES, all_or_first_error, output_dir
+from ascent.evaluation.policy import EVAL_LENGTH_SETTINGS
 from ascent.evaluation.problem_set import ProblemSet, resolve_problems_path, select_problems
 from ascent.observe.progress import TrainProgress
 from ascent.rewards.sandbox import SandboxPool
@@ -84,7 +85,11 @@ def run_agentic_eval(
     out_dir = output_dir(cfg, run_dir, problem_set.path)
     console = console or Console(stderr=True, soft_wrap=True)
     usage = UsageLedger()
-    client = ApiClient.from_config(cfg, usage=usage) if "api" in roles.values() else None
+    client = (
+        ApiClient.from_config(cfg, usage=usage).with_length_settings(EVAL_LENGTH_SETTINGS)
+        if "api" in roles.values()
+        else None
+    )
     start = time.monotonic()
     pool = SandboxPool(cfg.sandbox)  # refuses here when programs cannot be isolated
     try:

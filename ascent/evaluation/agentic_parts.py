@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ascent.api import ApiClient, ApiError
-from ascent.api import diagnoses as d
 from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem, read_jsonl
 from ascent.errors import ConfigError
-from ascent.evaluation.policy import FATAL_ERRORS, MAX_TOKENS_HINT, EndpointFailed
+from ascent.evaluation.policy import FATAL_ERRORS, EndpointFailed
 from ascent.evaluation.problem_set import ProblemSet
 from ascent.rewards.code import language_name
 from ascent.rewards.sandbox import SandboxPool
@@ -102,8 +101,6 @@ class EvalApiRoles(ApiRoles):
             result = await self.client.chat(role, messages, **self.params)
         except FATAL_ERRORS as err:
             raise EndpointFailed(f"stopping the evaluation: {err}") from None
-        except d.MaxTokensError as err:
-            error = f"{err}{MAX_TOKENS_HINT}"
         except ApiError as err:
             error = str(err)
         else:

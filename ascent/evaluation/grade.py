@@ -45,7 +45,7 @@ from ascent.data.problems import Problem as DataProblem
 from ascent.data.problems import render_prompt
 from ascent.errors import AscentError, ConfigError
 from ascent.evaluation.harness import all_or_first_error
-from ascent.evaluation.policy import MAX_TOKENS_HINT, Endpoint, open_endpoint
+from ascent.evaluation.policy import Endpoint, open_endpoint
 from ascent.evaluation.problem_set import MathProblem, Problem
 from ascent.evaluation.scoring import Scorer, make_scorer
 from ascent.observe.progress import TrainProgress
@@ -150,7 +150,7 @@ def grade_rows(
     try:
         for used in kinds:
             scorers[used] = make_scorer(cfg, used)  # refuses early when there is no sandbox
-        with open_endpoint(cfg, run_dir) as endpoint:
+        with open_endpoint(cfg, run_dir, length_settings="[grade] max_new_tokens") as endpoint:
             console.print(escape(_opening_line(path, items, endpoint, cfg)), highlight=False)
             passes = asyncio.run(_grade_all(endpoint, scorers, items, cfg, console))
     finally:
@@ -265,8 +265,7 @@ async def _grade_all(
 async def _sample(endpoint: Endpoint, scorer: Scorer, item: GradeItem) -> bool:
     sample = await endpoint.sample(item.prompt)
     if sample.error is not None:
-        error = sample.error.replace(MAX_TOKENS_HINT, "; lower [grade] max_new_tokens")
-        raise AscentError(f"{item.where}: a request failed, so grading stops: {error}")
+        raise AscentError(f"{item.where}: a request failed, so grading stops: {sample.error}")
     judged = await scorer.judge(item.problem, sample)
     if judged.status == "sandbox_error":
         raise AscentError(

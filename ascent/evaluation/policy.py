@@ -40,7 +40,8 @@ FATAL_ERRORS: tuple[type[ApiError], ...] = (
 )
 LOCAL_ROLE = "policy"
 LOCAL_TIMEOUT_SEC = 24 * 3600.0  # local generation is never cut short by a timeout
-MAX_TOKENS_HINT = "; in an eval, lower [eval] max_new_tokens or set [eval] max_problem_chars"
+# What shortens an evaluation's requests, named in a too-long-request diagnosis.
+EVAL_LENGTH_SETTINGS = "[eval] max_new_tokens or set [eval] max_problem_chars"
 
 
 class EndpointFailed(AscentError):
@@ -99,8 +100,6 @@ class Endpoint:
         except FATAL_ERRORS as err:
             self._fatal = EndpointFailed(f"stopping the evaluation: {err}")
             raise self._fatal from None
-        except d.MaxTokensError as err:
-            return Sample(None, error=f"{err}{MAX_TOKENS_HINT}")
         except ApiError as err:
             return Sample(None, error=str(err))
         return Sample(
@@ -110,22 +109,27 @@ class Endpoint:
 
 @contextlib.contextmanager
 def open_endpoint(
-    cfg: LLMConfig, run_dir: Path | None = None, checkpoint: Path | None = None
+    cfg: LLMConfig,
+    run_dir: Path | None = None,
+    checkpoint: Path | None = None,
+    length_settings: str = EVAL_LENGTH_SETTINGS,
 ) -> Iterator[Endpoint]:
-    """The endpoint `[eval] policy` names; a local policy's server stops on exit."""
+    """The endpoint `[eval] policy` names; a local policy's server stops on exit.
+    `length_settings`: what a too-long-request error tells the user to lower."""
     if cfg.eval.policy == "api":
         if checkpoint is not None:
             raise ConfigError(
                 "--checkpoint loads a local model; with [eval] policy = 'api' the endpoint "
                 "serves the model (for a checkpoint: ascent serve CHECKPOINT, or policy = 'local')"
             )
-        client = ApiClient.from_config(cfg)
+        client = ApiClient.from_config(cfg).with_length_settings(length_settings)
         spec = client.spec(cfg.eval.role)  # an unknown role is refused here, before any request
         info = {"policy": "api", "role": spec.role, "model": spec.model, "base_url": spec.base_url}
         yield Endpoint(client, spec.role, cfg, info)
         return
     with _local_server(cfg, run_dir, checkpoint) as (url, policy):
-        spec = RoleSpec(LOCAL_ROLE, policy.name, url, api_key_env="")
+        spec = RoleSpec(LOCAL_ROLE, policy.name, url, api_key_env="",
+                        length_settings=length_settings)  # fmt: skip
         client = ApiClient(
             {LOCAL_ROLE: spec},
             policy=RetryPolicy(timeout_sec=LOCAL_TIMEOUT_SEC, max_retries=0),

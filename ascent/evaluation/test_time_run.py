@@ -46,6 +46,7 @@ from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.bands import Band, band_of
 from ascent.evaluation.harness import output_dir
+from ascent.evaluation.policy import EVAL_LENGTH_SETTINGS
 from ascent.evaluation.test_time_results import (
     AdaptedResult,
     AdaptedRun,
@@ -147,7 +148,8 @@ async def _evaluate(
     api = None
     if a.roles.testgen == "api":
         params = {"max_tokens": ev.max_new_tokens, "temperature": ev.temperature, "top_p": ev.top_p}
-        api = ApiRoles(ApiClient.from_config(cfg, usage=usage), params)
+        client = ApiClient.from_config(cfg, usage=usage)
+        api = ApiRoles(client.with_length_settings(EVAL_LENGTH_SETTINGS), params)
     scorer = AttemptScorer(
         source.fmt,
         verifier,

@@ -299,6 +299,21 @@ def test_an_api_role_is_graded_with_the_training_prompt_and_sampling(tmp_path):
     assert body["temperature"] == 0.7 and body["max_tokens"] == 64
 
 
+def test_a_request_over_the_context_names_the_grade_setting_to_lower(tmp_path):
+    too_long = {"error": {"message": "This model's maximum context length is 256 tokens"}}
+    source = write_jsonl(tmp_path / "in.jsonl", [{"problem": "1+1", "answer": "2"}])
+    with ScriptedServer() as server:
+        server.default("/v1/models", Reply(200, models_body("m")))
+        server.default("/v1/chat/completions", Reply(400, too_long))
+        config = api_config(tmp_path, server.url + "/v1")
+        out = str(tmp_path / "out.jsonl")
+        code, _, stderr = grade_cli(str(source), "--out", out, "--policy", str(config))
+    error = stderr.strip().splitlines()[-1]
+    assert code == 2 and error.startswith("error: ") and "Traceback" not in stderr, stderr
+    assert "(the model allows 256 tokens); lower [grade] max_new_tokens (server:" in error
+    assert "[eval]" not in error and not (tmp_path / "out.jsonl").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -117,3 +117,14 @@ def test_local_policy_from_the_model_section(sandbox, tmp_path, run_cli):
     assert results["policy"]["model"] == "ascent:tiny" and results["num_samples"] == 2
     assert results["usage"]["policy"]["requests"] == 4
     assert "MEDIUM (no rating)" in out
+
+
+def test_requests_over_the_local_models_context_name_the_eval_settings(sandbox, tmp_path, run_cli):
+    problems = data_file("code_contests_sample.jsonl")
+    keys = 'limit = 1\nnum_samples = 1\npass_k = [1]\npolicy = "local"\nmax_new_tokens = 250\n'
+    config = write_config(tmp_path, problems, "http://127.0.0.1:9/v1", keys)
+    config.write_text(config.read_text().replace('policy = "api"\nrole = "solver"\n', ""))
+    code, _, err = run_cli("eval", str(config))
+    error = err.strip().splitlines()[-1]
+    assert code == 2 and "every request failed, nothing was evaluated" in error, err
+    assert "(the model allows 256 tokens); lower [eval] max_new_tokens or set [eval] " in error
