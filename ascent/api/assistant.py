@@ -43,7 +43,6 @@ from typing import Any
 from ascent.api.client import ApiClient
 from ascent.api.usage import UsageLedger
 from ascent.config.api import AssistantSection
-from ascent.errors import ConfigError
 
 log = logging.getLogger("ascent.api.assistant")
 
@@ -75,15 +74,6 @@ def metrics_prompt(history: list[tuple[int, dict[str, Any]]]) -> str:
         json.dumps({"step": step, **{k: _fmt(v) for k, v in m.items()}}) for step, m in history
     ]
     return f"Metrics of the last {len(history)} logged steps, oldest first:\n" + "\n".join(lines)
-
-
-def check_assistant(section: AssistantSection, roles: Mapping[str, Any]) -> None:
-    """Refuse an enabled assistant whose role has no model."""
-    if section.enabled and section.role not in roles:
-        raise ConfigError(
-            f"[assistant] role {section.role!r} has no model; add {section.role}_model = "
-            f'"name" to [models] or set [assistant] enabled = false'
-        )
 
 
 class LogAssistant:
@@ -133,7 +123,6 @@ class LogAssistant:
         if not section.enabled:
             return None
         client = ApiClient.from_config(cfg)
-        check_assistant(section, client.roles)
         role = replace(
             client.roles[section.role],
             length_settings=f"[assistant] max_tokens (now {section.max_tokens}) or [assistant] "

@@ -356,3 +356,12 @@ class AssistantSection(Section):
                 f"[assistant] role: {value!r} is not a role name (lowercase letters, digits, _)"
             )
         return value
+
+    def check_role(self, models: ModelsSection) -> None:
+        """Refuse, at load time, an enabled assistant whose role has no model (LLM and classic
+        runs alike)."""
+        if self.enabled and not models.roles().get(self.role, (None,))[0]:
+            raise ValueError(
+                f'[assistant] role: {self.role!r} has no model; add {self.role}_model = "name" '
+                "to [models] or set [assistant] enabled = false"
+            )

@@ -212,11 +212,7 @@ class ClassicConfig(Section):
                 f"[models] {other[0]}: a classic PPO run calls an API only for the log "
                 f"assistant ([assistant] role = {role!r}); remove this role"
             )
-        if self.assistant.enabled and not roles.get(role, (None,))[0]:
-            raise ValueError(
-                f'[assistant] role: {role!r} has no model; add {role}_model = "name" to '
-                "[models] or set [assistant] enabled = false"
-            )
+        self.assistant.check_role(self.models)
         unused = [f"[{name}]" for name in ("api", "models") if self.explicitly_set(name)]
         if unused and not self.assistant.enabled:
             verb = "have" if len(unused) > 1 else "has"

@@ -94,7 +94,7 @@ def _render_section(name: str, model: type[BaseModel], out: list[str], list_of: 
             nested.append((f"{name}.{key}", sub, is_list))
             continue
         rows.append(
-            f"| `{key}` | {_type_name(field.annotation)} | {_default(field)} | "
+            f"| `{field.alias or key}` | {_type_name(field.annotation)} | {_default(field)} | "
             f"{_escape(field.description or '')} |"
         )
     if rows:

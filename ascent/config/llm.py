@@ -469,6 +469,7 @@ class LLMConfig(Section):
         llm_rules.sampling_settings(self)
         llm_rules.loss_settings(self)
         llm_rules.async_settings(self)
+        self.assistant.check_role(self.models)
         self._warnings = llm_rules.inert_settings(self)
         return self
 

@@ -288,7 +288,7 @@ def _describe(
     tail = f" ({more} more error{'s' if more > 1 else ''} after this one)" if more else ""
     if kind == "extra_forbidden":
         parent = _model_at(root, loc[:-1])
-        valid = list(parent.model_fields) if parent else []
+        valid = [f.alias or k for k, f in parent.model_fields.items()] if parent else []
         name = str(loc[-1])
         given = first.get("input")
         top_hint = _alias_hint(name, "", _kind(root)) if len(loc) == 1 else ""

@@ -255,7 +255,9 @@ def test_redact_scrubs_keys_and_key_shaped_tokens():
 
 
 def test_assistant_section_defaults_and_role_name(tmp_path):
-    cfg = load_config(write(tmp_path, "[assistant]\nenabled = true\n"))
+    cfg = load_config(
+        write(tmp_path, "[models]\nanalyst_model = 'm'\n[assistant]\nenabled = true\n")
+    )
     assert (cfg.assistant.role, cfg.assistant.log_interval) == ("analyst", 50)
     with pytest.raises(ConfigError, match="is not a role name"):
         load_config(write(tmp_path, "[assistant]\nrole = 'Log Analyst'\n"))

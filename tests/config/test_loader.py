@@ -60,6 +60,7 @@ def test_config_is_frozen():
         ("a = 1\n[b\n", [], ["TOML syntax error", "line 2, column 3"]),
         ("[optimm]\nlr = 1\n", [], ["unknown section [optimm]", "did you mean [optim]"]),
         ("[optim]\nlrr = 1e-5\n", [], ["unknown key 'lrr' in [optim]", "did you mean 'lr'"]),
+        ("[rollout]\nasinc = true\n", [], ["did you mean 'async'", "workers, async, max_"]),
         ('[optim]\nlr = "fast"\n', [], ["[optim] lr", "number", '"fast"']),
         ("[optim]\nlr = -1\n", [], ["[optim] lr", "greater than 0"]),
         (
