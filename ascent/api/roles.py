@@ -7,15 +7,13 @@ set). `[api] base_url_env` names a variable holding `[api]`'s root, looked up li
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from ascent.api.keys import KeySource
-from ascent.config.api import ApiSection, ModelsSection, check_base_url
+from ascent.config.api import VERSION_SEGMENT, ApiSection, ModelsSection, check_base_url
 from ascent.errors import ConfigError
 
-_VERSION = re.compile(r"^v\d+[a-z0-9]*$")
 _ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/models", "/embeddings")
 
 
@@ -38,9 +36,11 @@ def normalize_base_url(url: str, append_v1: bool = True) -> str:
         if path.endswith(suffix):
             path = path[: -len(suffix)].rstrip("/")
     segments = [s for s in path.split("/") if s]
-    while len(segments) >= 2 and _VERSION.match(segments[-1]) and segments[-1] == segments[-2]:
+    while (  # a doubled version, `/v1/v1`, is one
+        len(segments) >= 2 and segments[-1] == segments[-2] and VERSION_SEGMENT.match(segments[-1])
+    ):
         segments.pop()
-    if append_v1 and not any(_VERSION.match(s) for s in segments):
+    if append_v1 and not any(VERSION_SEGMENT.match(s) for s in segments):
         segments.append("v1")
     path = "/" + "/".join(segments) if segments else ""
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))

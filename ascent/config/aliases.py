@@ -177,17 +177,8 @@ def _run_dir(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
     return {"run.output_dir": parent or ".", "run.name": name} if name else {}
 
 
-def _wrong_code(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
-    tiers = ("compile_error_reward", "compile_reward", "sample_reward")
-    return {f"reward.code.{tier}": value for tier in tiers}
-
-
 def _listed(target: str) -> Convert:
     return lambda value, _: {target: value if isinstance(value, list) else [value]}
-
-
-def _both(*targets: str) -> Convert:
-    return lambda value, _: dict.fromkeys(targets, value)
 
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32"}
@@ -538,7 +529,6 @@ ALIASES: tuple[Alias, ...] = (
         "wrong_reward",
         "reward.code.compile_error_reward reward.code.compile_reward reward.code.sample_reward",
         "a binary code reward: every tier below passing gets it",
-        _wrong_code,
         within="reward.code",
     ),
     row(
@@ -600,7 +590,6 @@ ALIASES: tuple[Alias, ...] = (
         "learning_rate",
         "optim.lr_actor optim.lr_critic",
         "one learning rate for both networks",
-        _both("optim.lr_actor", "optim.lr_critic"),
         kinds="classic",
     ),
     row("weight_decay", "", "classic PPO's Adam has no weight decay", kinds="classic"),

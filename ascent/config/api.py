@@ -37,6 +37,7 @@ from ascent.config.base import Section
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+VERSION_SEGMENT = re.compile(r"^v\d+[a-z0-9]*$")  # of an API path: v1, v1beta
 MODEL_SUFFIX = "_model"
 # Prefixes providers give their keys (OpenAI sk-, Groq gsk_, Hugging Face hf_, Google AIza...).
 KEY_PREFIX = re.compile(

@@ -18,19 +18,6 @@ from pydantic import Field, field_validator, model_validator
 from ascent.config import names
 from ascent.config.base import Section
 
-# Every drop reason, in the order the filters are tried (a row gets the first that applies).
-REASONS = (
-    "empty",
-    "needs_figure",
-    "needs_table",
-    "proof",
-    "multi_question",
-    "file_io",
-    "network",
-    "environment",
-    "bad_answer",
-    "reference_fails",
-)
 # The reasons decided by matching the problem's text, which extra_patterns can extend.
 PATTERN_REASONS = (
     "needs_figure",
@@ -41,6 +28,8 @@ PATTERN_REASONS = (
     "network",
     "environment",
 )
+# Every drop reason, in the order the filters are tried (a row gets the first that applies).
+REASONS = ("empty", *PATTERN_REASONS, "bad_answer", "reference_fails")
 
 
 class CleanSection(Section):

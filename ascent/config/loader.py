@@ -31,6 +31,7 @@ else:  # pragma: no cover
 
 AnyConfig = LLMConfig | ClassicConfig
 BUILTIN_RECIPE = "default.toml"
+YAML_SUFFIXES = (".yaml", ".yml")  # configs ascent refuses to load: migrate them
 BUILTIN_SOURCE = "<built-in default>"
 
 
@@ -101,7 +102,7 @@ def _read(path: str | Path | None) -> tuple[str, dict[str, Any]]:
     else:
         p = Path(path)
         source = str(p)
-        if p.suffix.lower() in (".yaml", ".yml") and p.is_file():
+        if p.suffix.lower() in YAML_SUFFIXES and p.is_file():
             raise ConfigError(
                 f"{source}: ascent configs are TOML; `ascent config migrate {source}` rewrites "
                 "this YAML as an ascent config"

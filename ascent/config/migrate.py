@@ -32,17 +32,10 @@ from typing import Any
 
 from ascent.config import aliases
 from ascent.config.aliases import Alias, Kind, label
-from ascent.config.loader import config_from_data, tomllib
-from ascent.config.migrate_read import YAML_SUFFIXES, read_any
-from ascent.config.migrate_toml import (
-    emit,
-    holds_secret,
-    nest,
-    redact,
-    secret_name,
-    shown,
-    tomlable,
-)
+from ascent.config.loader import YAML_SUFFIXES, config_from_data, tomllib
+from ascent.config.migrate_read import read_any
+from ascent.config.migrate_toml import emit, nest, tomlable
+from ascent.config.secrets import holds_secret, redact, secret_name, shown
 from ascent.config.settings_json import (
     SETTINGS_FILE,
     check_endpoints,

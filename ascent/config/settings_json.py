@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from ascent.config.api import ApiSection, key_shaped, mask_secret
-from ascent.config.migrate_toml import masked, secret_name
+from ascent.config.api import VERSION_SEGMENT, ApiSection, key_shaped, mask_secret
 from ascent.config.run import LoggingSection, RunSection
+from ascent.config.secrets import shown
 from ascent.errors import ConfigError, did_you_mean
 
 SETTINGS_FILE = "settings.json"
@@ -65,7 +64,6 @@ SETTINGS_SECTIONS: dict[str, type[BaseModel]] = {
     "logging": LoggingSection,
     "api": ApiSection,
 }
-_VERSION = re.compile(r"^v\d+[a-z0-9]*$")  # a version segment of an API path, as in api/roles.py
 OPENAI_PATHS = {"chat": "/chat/completions", "models": "/models"}
 
 Taken = dict[str, tuple[str, Any]]  # an ascent key ("run.device") -> (the field, its value)
@@ -141,26 +139,15 @@ def merge_settings_json(
             won = "" if rival == key else f"'s {rival}"
             origin = f"{origin}; " if origin else ""
             origin += f"overridden by the TOML{won}"
-        shown = _shown(value, 10**6, field)
-        notes.append(f"{target} = {shown} from {path}" + (origin and f" ({origin})"))
+        quoted = shown(value, 10**6, field)
+        notes.append(f"{target} = {quoted} from {path}" + (origin and f" ({origin})"))
         if rival not in table:
             merged[section] = {**merged.get(section, {}), key: value, **table}
     notes += [
-        f"{field} = {_shown(fields[field], 10**6, field)} from {path}: {why}"
+        f"{field} = {shown(fields[field], 10**6, field)} from {path}: {why}"
         for field, why in checked
     ]
     return merged, notes, warnings
-
-
-def _shown(value: Any, limit: int = 60, name: str = "") -> str:
-    """A value from the user's file for a message: JSON, one line, cut short, a secret (a
-    pasted key, or anything under a name such as `token`) masked to 4 characters, as
-    `ascent config migrate` masks them (`migrate_toml.masked`)."""
-    secret = secret_name(name)
-    if isinstance(value, str) and (secret or key_shaped(value)):
-        return mask_secret(value)
-    text = json.dumps(masked(value, secret), default=str, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _settings_fields(settings: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -234,14 +221,14 @@ def _agreements(
                 notes.append((field, "the environments step in the training process, as in ascent"))
             else:
                 refused.append(
-                    f"runtime.num_workers {_shown(value)}: a classic run has no worker pool; for "
+                    f"runtime.num_workers {shown(value)}: a classic run has no worker pool; for "
                     "environments in parallel processes set [env] num_envs and vectorization = "
                     '"async" (each env collects rollout_steps), for torch CPU threads [run] '
                     "threads; remove it"
                 )
         elif field in LAYOUT_PATHS:
             if not isinstance(value, str) or not value:
-                refused.append(f"{field} {_shown(value)}: must be a path")
+                refused.append(f"{field} {shown(value)}: must be a path")
                 continue
             agrees, why = _path_verdict(field, value, config_path, path.parent, where, raw)
             if agrees:
@@ -297,12 +284,12 @@ def _path_verdict(
     """(True, why it agrees) or (False, where ascent puts that thing instead) for a path of
     the write-up's layout; (False, "") when the output directory is itself invalid
     (validation reports that)."""
-    shown = _shown(value)
+    quoted = shown(value)
     if field == "paths.config":
         if _abs(str(config)) in (_abs(value), _abs(value, settings_dir)):
             return True, "the config being loaded"
         return False, (
-            f"paths.config {shown} is not the config being loaded: ascent reads {config.name}, "
+            f"paths.config {quoted} is not the config being loaded: ascent reads {config.name}, "
             "the config it is given, with the settings.json beside it"
         )
     if where is None:
@@ -313,7 +300,7 @@ def _path_verdict(
         if _abs(value) == _abs(expected):
             return True, "where this run's checkpoints go (<output_dir>/<run name>/checkpoints)"
         return False, (
-            f"paths.checkpoint_dir {shown} is not used: checkpoints go in the run directory, "
+            f"paths.checkpoint_dir {quoted} is not used: checkpoints go in the run directory, "
             f"{expected} (<output_dir>/<run name>/checkpoints; paths.log_dir sets output_dir)"
         )
     if os.path.commonpath([_abs(value), _abs(run_dir)]) == _abs(value):
@@ -326,7 +313,7 @@ def _path_verdict(
             f'TensorBoard files go in {files} with [logging] trackers = ["tensorboard"] '
             "(not set: none are written)"
         )
-    return False, f"paths.tensorboard {shown} is not used: {goes}"
+    return False, f"paths.tensorboard {quoted} is not used: {goes}"
 
 
 def check_endpoints(value: Any, base_url: str | None) -> tuple[Taken, str, str]:
@@ -340,7 +327,7 @@ def check_endpoints(value: Any, base_url: str | None) -> tuple[Taken, str, str]:
         return {}, "", f"{field}{why}"
 
     if not isinstance(value, dict) or not value:
-        return refused(f' {_shown(value)}: expected {{"chat": "/v1/chat/completions"}}')
+        return refused(f' {shown(value)}: expected {{"chat": "/v1/chat/completions"}}')
     prefixes = set()
     for name, endpoint in value.items():
         suffix = OPENAI_PATHS.get(name)
@@ -348,9 +335,9 @@ def check_endpoints(value: Any, base_url: str | None) -> tuple[Taken, str, str]:
             return refused(f".{name}: ascent calls only the chat and models endpoints")
         ok = isinstance(endpoint, str) and endpoint.endswith(suffix)
         prefix = endpoint[: -len(suffix)].rstrip("/") if ok else ""
-        if not ok or (prefix and not _VERSION.match(prefix[1:])):
+        if not ok or (prefix and not VERSION_SEGMENT.match(prefix[1:])):
             return refused(
-                f".{name} {_shown(endpoint)}: ascent requests [api] base_url + {suffix}; move "
+                f".{name} {shown(endpoint)}: ascent requests [api] base_url + {suffix}; move "
                 "the rest into base_url and remove endpoints"
             )
         prefixes.add(prefix)
@@ -359,7 +346,7 @@ def check_endpoints(value: Any, base_url: str | None) -> tuple[Taken, str, str]:
     if len(prefixes) > 1:
         return refused(": chat and models differ in version; ascent uses one API root")
     prefix = prefixes.pop()
-    versioned = any(_VERSION.match(s) for s in urlsplit(base_url).path.split("/"))
+    versioned = any(VERSION_SEGMENT.match(s) for s in urlsplit(base_url).path.split("/"))
     if not prefix and not versioned:
         return {"api.append_v1": (field, False)}, "", ""
     if not prefix or (prefix == "/v1" and not versioned):
