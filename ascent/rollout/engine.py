@@ -49,6 +49,10 @@ class RolloutEngine(Protocol):
         """`n` completions of each prompt (token ids); rows are tagged with its group id."""
         ...
 
+    def close(self) -> None:
+        """Stop what the engine started (processes, servers, actors); a no-op when nothing."""
+        ...
+
 
 @dataclass(frozen=True)
 class EngineContext:

@@ -72,6 +72,9 @@ class TransformersEngine:
         self._staged: tuple[int, dict[str, Tensor]] | None = None
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Nothing to stop: the engine lives in this process."""
+
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
         if self.live is not None:
             self.version = version  # the module IS the trainer's: nothing to load

@@ -17,6 +17,7 @@ reference are sharded with FSDP2 (sharding.py) and each rank rolls out its share
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass
@@ -89,9 +90,7 @@ class LLMRun:
         if self.prefetcher is not None:
             self.prefetcher.close()
         self.reward.close()
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        self.engine.close()
 
     @property
     def device(self) -> torch.device:
@@ -157,28 +156,33 @@ def make_engine(
     if cfg.cluster.backend == "ray" and cfg.cluster.rollout_replicas:
         from ascent.cluster.rollouts import RayRolloutEngine
 
-        replicas = RayRolloutEngine(cfg.cluster, cfg.model, tokenizer.pad_token_id, eos)
-        replicas.sync_weights(actor.weights(), 0)
-        return replicas
-    ctx = EngineContext(
+        engine: RolloutEngine = RayRolloutEngine(
+            cfg.cluster, cfg.model, tokenizer.pad_token_id, eos
+        )
+    else:
+        ctx = _engine_context(cfg, actor, tokenizer.pad_token_id, eos, own_copy)
+        engine = ENGINES.get(cfg.rollout.engine)(ctx)
+    try:
+        engine.sync_weights(actor.weights(), 0)  # a no-op for one decoding the actor's module
+    except BaseException:
+        engine.close()  # no server, engine process or actor may outlive a failed start
+        raise
+    return engine
+
+
+def _engine_context(
+    cfg: LLMConfig, actor: Actor, pad_id: int, eos: list[int], own_copy: bool
+) -> EngineContext:
+    return EngineContext(
         cfg=cfg,
         live=actor.live_module,
         compute_dtype=actor.compute_dtype,
         device=actor.dist.device,
-        pad_id=tokenizer.pad_token_id,
+        pad_id=pad_id,
         eos_ids=eos,
         own_copy=own_copy or cfg.rollout.async_,
         work_dir=Path(cfg.run.output_dir) / cfg.run.name,  # the run directory
     )
-    engine = ENGINES.get(cfg.rollout.engine)(ctx)
-    try:
-        engine.sync_weights(actor.weights(), 0)  # a no-op for one decoding the actor's module
-    except BaseException:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()  # no server or engine process may outlive a failed start
-        raise
-    return engine
 
 
 def _actor(cfg: LLMConfig, parts: AlgorithmParts, dist: Dist) -> Actor:
@@ -277,30 +281,35 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
         from ascent.cluster.runtime import check_cluster
 
         check_cluster(cfg.cluster)
-    engine = make_engine(cfg, actor, tokenizer)
-    if not engine.exact_logprobs or cfg.rollout.async_:
-        parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)
-    run = LLMRun(
-        cfg=cfg,
-        dist=dist,
-        actor=actor,
-        reference=_reference(cfg, actor, parts, dist),
-        tokenizer=tokenizer,
-        engine=engine,
-        reward=_reward(cfg),
-        task=task,
-        sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
-        generator=torch.Generator(device=dist.device).manual_seed(cfg.run.seed + dist.rank),
-        parts=parts,
-        sampling=SamplingParams.from_config(cfg.rollout),
-        formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
-        critic=_critic(cfg, actor, parts, dist),
-        history=RewardHistory() if s.history_resampling else None,
-        replay=replay,
-        reflection=reflection_pattern(cfg.logging.reflection_words),
-    )
-    if cfg.rollout.async_:
-        from ascent.train.llm_sampling import Prefetcher
+    with contextlib.ExitStack() as started:  # stopped again if a later part fails to start
+        engine = make_engine(cfg, actor, tokenizer)
+        started.callback(engine.close)
+        reward = _reward(cfg)
+        started.callback(reward.close)
+        if not engine.exact_logprobs or cfg.rollout.async_:
+            parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)
+        run = LLMRun(
+            cfg=cfg,
+            dist=dist,
+            actor=actor,
+            reference=_reference(cfg, actor, parts, dist),
+            tokenizer=tokenizer,
+            engine=engine,
+            reward=reward,
+            task=task,
+            sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
+            generator=torch.Generator(device=dist.device).manual_seed(cfg.run.seed + dist.rank),
+            parts=parts,
+            sampling=SamplingParams.from_config(cfg.rollout),
+            formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
+            critic=_critic(cfg, actor, parts, dist),
+            history=RewardHistory() if s.history_resampling else None,
+            replay=replay,
+            reflection=reflection_pattern(cfg.logging.reflection_words),
+        )
+        if cfg.rollout.async_:
+            from ascent.train.llm_sampling import Prefetcher
 
-        run.prefetcher = Prefetcher(run)
+            run.prefetcher = Prefetcher(run)
+        started.pop_all()
     return run

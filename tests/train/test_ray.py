@@ -81,14 +81,16 @@ def test_code_rewards_on_ray_workers_give_the_local_pools_verdicts(tmp_path):
                         for d in expected.details]  # fmt: skip
 
 
+def groups() -> list[tuple[str, list[dict[str, float]]]]:
+    """The placement groups holding resources now: (strategy, bundles)."""
+    table = ray.util.placement_group_table().values()
+    return [(g["strategy"], list(g["bundles"].values())) for g in table
+            if g["state"] == "CREATED"]  # fmt: skip
+
+
 def test_actors_sit_in_a_placement_group_laid_out_as_placement_says():
     from ascent.cluster.rewards import RayRewardPool
     from ascent.config.rewards import RewardSection, SandboxSection
-
-    def groups():
-        table = ray.util.placement_group_table().values()
-        return [(g["strategy"], list(g["bundles"].values())) for g in table
-                if g["state"] == "CREATED"]  # fmt: skip
 
     before = groups()
     cluster = ClusterSection(backend="ray", reward_workers=2, cpus_per_reward=0.5,
@@ -98,6 +100,19 @@ def test_actors_sit_in_a_placement_group_laid_out_as_placement_says():
         scored = pool(["1+1?"] * 2, [r"\boxed{2}", r"\boxed{3}"], answer=["2", "2"])
         assert scored.total == [1.0, -1.0]
     assert groups() == before  # its resources are given back
+
+
+def test_a_run_that_fails_to_start_stops_the_replicas_it_started(tmp_path, monkeypatch):
+    from ascent.train import llm_setup
+
+    def no_reward(cfg):
+        raise ConfigError("the reward could not be built")
+
+    monkeypatch.setattr(llm_setup, "_reward", no_reward)
+    before = groups()
+    with pytest.raises(ConfigError, match="could not be built"):
+        build_run(config(tmp_path, *RAY), torch.device("cpu"))
+    assert groups() == before  # the replicas' placement group (and so the replicas) are gone
 
 
 def test_killed_reward_and_rollout_actors_are_restarted_and_nothing_is_lost(tmp_path, monkeypatch):
