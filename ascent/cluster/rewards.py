@@ -55,11 +55,6 @@ class RewardWorker:
     ) -> RewardOutput:
         return self.reward(prompts, completions, **columns)
 
-    def pid(self) -> int:
-        import os
-
-        return os.getpid()
-
 
 class RayRewardPool:
     def __init__(

@@ -95,7 +95,7 @@ class RayRolloutEngine:
         ]
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
-        state = {name: t.detach().to("cpu").clone() for name, t in weights}
+        state = {name: t.detach().cpu() for name, t in weights}  # ray.put copies them
         self._weights = self.ray.put(state)
         self.version = version
         for replica in self.replicas:

@@ -65,6 +65,10 @@ class EvalRun:
         """Every request failed: nothing was evaluated."""
         return all(s.error is not None for r in self.results for s in r.samples)
 
+    @property
+    def first_error(self) -> str:
+        return next((r.errors[0] for r in self.results if r.errors), "no answers")
+
 
 def run_eval(
     cfg: LLMConfig,

@@ -138,10 +138,4 @@ def print_summary(run: EvalRun | AgenticRun | AdaptedRun, console: Console | Non
         console.print(escape(f"usage: {line}"), highlight=False, soft_wrap=True)
     console.print(str(run.results_path), highlight=False, soft_wrap=True)
     if run.all_failed:
-        if isinstance(run, AgenticRun):
-            first = run.first_error
-        elif isinstance(run, AdaptedRun):
-            first = "no answers"
-        else:
-            first = next((r.errors[0] for r in run.results if r.errors), "no answers")
-        raise AscentError(f"every request failed, nothing was evaluated: {first}")
+        raise AscentError(f"every request failed, nothing was evaluated: {run.first_error}")

@@ -110,6 +110,10 @@ class AdaptedRun:
         """Never: the answers come from the local policy, so every problem is evaluated."""
         return False
 
+    @property
+    def first_error(self) -> str:
+        return "no answers"
+
 
 def band_rows(results: Sequence[AdaptedResult]) -> list[dict[str, Any]]:
     """One row per band in table order, then the row for all problems."""

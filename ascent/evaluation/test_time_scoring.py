@@ -44,7 +44,7 @@ from ascent.data.code_problems import CodeProblem
 from ascent.rewards.judge import StdioTest
 from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.agentic.transcript import Episode
-from ascent.rollout.agentic.verify import AttemptVerdict, Verifier
+from ascent.rollout.agentic.verify import AttemptVerdict, Verifier, input_key
 
 if TYPE_CHECKING:
     from ascent.rollout.agentic.roles import ApiRoles
@@ -176,9 +176,9 @@ class AttemptScorer:
             text, note = await self._propose(view, shown)
             tests = self.fmt.parse_tests(text, self.max_tests) if text else None
             proposed = len(tests or [])
-            hidden = {tuple(t.input.split()) for t in shown.hidden_tests}
+            hidden = {input_key(t.input) for t in shown.hidden_tests}
             for test in tests or []:
-                if tuple(test.input.split()) not in hidden and test.input not in inputs:
+                if input_key(test.input) not in hidden and test.input not in inputs:
                     inputs.append(test.input)
             if tests is None:
                 note = note or "no tests could be read"
@@ -219,9 +219,10 @@ class AttemptScorer:
                 accepted.append(False)
                 continue
             # as in episodes: only a program that compiled and passed the samples is broken
-            bad = bad and verdict.compiled and verdict.samples_ok is not False
+            sound = verdict.compiled and verdict.samples_ok is not False
+            bad = bad and sound
             rewards.append(verdict.tier + (self.penalty if bad else 0.0))
-            accepted.append(verdict.compiled and verdict.samples_ok is not False and not bad)
+            accepted.append(sound and not bad)
         return Scores(rewards, accepted, error)
 
     async def _outputs(self, visible: VisibleProblem, text: str) -> list[str | None] | str | None:

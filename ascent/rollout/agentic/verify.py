@@ -76,8 +76,10 @@ class Validation:
     hidden_copies: int = 0  # proposed tests whose input is a hidden test's (never counted)
 
 
-def _same_input(a: str, b: str) -> bool:
-    return a.split() == b.split()
+def input_key(text: str) -> tuple[str, ...]:
+    """What makes two test inputs the same input (whitespace aside): a generated test whose
+    key is a hidden test's is never used, in training or at test time."""
+    return tuple(text.split())
 
 
 def _failures(
@@ -231,9 +233,8 @@ class Verifier:
                 f"problem {problem.id}: the language of its reference solution is unknown; "
                 "give the problem a reference_language column (python or cpp)"
             )
-        fresh = [
-            t for t in tests if not any(_same_input(t.input, h.input) for h in problem.hidden_tests)
-        ]
+        hidden = {input_key(h.input) for h in problem.hidden_tests}
+        fresh = [t for t in tests if input_key(t.input) not in hidden]
         inputs = sorted({t.input for t in fresh})
         cfg = self.sandbox_cfg
         key = ("reference", problem, reference_language, tuple(inputs))
