@@ -184,10 +184,8 @@ async def first_attempt(runner: EpisodeRunner, episode: Episode) -> FirstAttempt
         return FirstAttempt(False, "no program")
     language = parsed[1] or runner.s.default_language
     verdict = await runner.verifier.final(episode.code, parsed[0], language)
-    passed = verdict.reward is not None and verdict.passed == verdict.total > 0
-    return FirstAttempt(
-        passed, verdict.status, {"tests_passed": verdict.passed, "total": verdict.total}
-    )
+    detail = {"tests_passed": verdict.passed, "total": verdict.total}
+    return FirstAttempt(runner.verifier.solved(verdict), verdict.status, detail)
 
 
 def _role_info(

@@ -201,9 +201,9 @@ async def _judge(
     if parsed is None:
         return Answer(text, False, "no program")
     verdict = await verifier.final(code, parsed[0], parsed[1] or default_language)
-    passed = verdict.reward is not None and verdict.passed == verdict.total > 0
     detail = {"tests_passed": verdict.passed, "total": verdict.total}
-    return Answer(text, passed, verdict.status, detail, unjudged=verdict.reward is None)
+    return Answer(text, verifier.solved(verdict), verdict.status, detail,
+                  unjudged=verdict.reward is None)  # fmt: skip
 
 
 @dataclass

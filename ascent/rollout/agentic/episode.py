@@ -167,7 +167,7 @@ class EpisodeRunner:
             return
         verdict = await self.verifier.final(ep.code, *ep.program)
         ep.delayed = self.verifier.delayed_reward(verdict)
-        ep.solved = verdict.reward is not None and verdict.passed == verdict.total > 0
+        ep.solved = self.verifier.solved(verdict)
         ep.detail = {"status": verdict.status, "passed": verdict.passed, "total": verdict.total}
 
     async def _summarize(self, ep: Episode, attempt: int) -> None:

@@ -279,6 +279,11 @@ class Verifier:
             lambda w: judge_final(w, problem, code, language, cfg, sandbox_cfg),
         )
 
+    @staticmethod
+    def solved(verdict: CodeVerdict) -> bool:
+        """Judged (no sandbox failure) and every hidden test passed, of at least one."""
+        return verdict.reward is not None and verdict.passed == verdict.total > 0
+
     def delayed_reward(self, verdict: CodeVerdict) -> float | None:
         """pass_reward when every hidden test passed (with partial_credit: pass_reward x the
         fraction passed); 0 otherwise; None after a sandbox failure."""
