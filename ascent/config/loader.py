@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 from pydantic import BaseModel, ValidationError
@@ -32,6 +32,7 @@ else:  # pragma: no cover
 AnyConfig = LLMConfig | ClassicConfig
 BUILTIN_RECIPE = "default.toml"
 YAML_SUFFIXES = (".yaml", ".yml")  # configs ascent refuses to load: migrate them
+M = TypeVar("M", bound=BaseModel)
 BUILTIN_SOURCE = "<built-in default>"
 
 
@@ -270,6 +271,23 @@ def _section_hint(
     rewrite = f"; `ascent config migrate {source}` rewrites the file"
     rewrite = rewrite if source != BUILTIN_SOURCE else ""
     return f" ({note or f'ascent has no [{name}]'}{keys}{rewrite})"
+
+
+def sections_from_sets(model: type[M], sets: Sequence[str], applies: str) -> M:
+    """`--set` items applied to `model` alone: the few sections a command reads when it is
+    given no config file. Mistakes get the loader's one-line messages; a section the command
+    does not read says which do (`applies`)."""
+    raw: dict[str, Any] = {}
+    for item in sets:
+        _apply_override(raw, item)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        if first["type"] == "extra_forbidden" and len(first["loc"]) == 1:  # a whole section
+            section = first["loc"][0]
+            raise ConfigError(f"--set: [{section}] does not apply here; {applies}") from None
+        raise ConfigError(_describe(err, "--set", model, {})) from None
 
 
 def _describe(

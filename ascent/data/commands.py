@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -37,7 +36,7 @@ from ascent.config.base import Section
 from ascent.config.clean import REASONS, CleanSection
 from ascent.config.data import ColumnsSection
 from ascent.config.rewards import RewardSection, SandboxSection
-from ascent.errors import AscentError, ConfigError
+from ascent.errors import AscentError
 
 data_app = typer.Typer(
     help="Prepare data sets for RL: clean problems, grade them by difficulty.",
@@ -76,23 +75,10 @@ def load_settings(config: Path | None, sets: list[str] | None) -> CleanSettings:
         data = cfg.data
         columns = data.columns if data.explicitly_set("columns") else None
         return CleanSettings(cfg.clean, cfg.reward, cfg.sandbox, columns, data.split)
-    from ascent.config.loader import _apply_override
+    from ascent.config.loader import sections_from_sets
 
-    raw: dict[str, Any] = {}
-    for item in sets or []:
-        _apply_override(raw, item)
-    try:
-        sections = _Sections.model_validate(raw)
-    except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        hint = (
-            "; without --config only [clean], [reward] and [sandbox] apply"
-            if first["type"] == "extra_forbidden"
-            else ""
-        )
-        raise ConfigError(f"--set {where}: {msg}{hint}") from None
+    applies = "without --config only [clean], [reward] and [sandbox] apply"
+    sections = sections_from_sets(_Sections, sets or [], applies)
     return CleanSettings(sections.clean, sections.reward, sections.sandbox)
 
 

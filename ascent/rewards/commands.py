@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ascent.config.base import Section
 from ascent.config.rewards import RewardSection, SandboxSection
-from ascent.errors import AscentError, ConfigError
+from ascent.errors import AscentError
 
 reward_app = typer.Typer(
     help="Score completions (math) or programs (code) with the built-in rewards: JSONL in, "
@@ -65,20 +65,9 @@ def load_sections(
                 f"{config}: a classic PPO config has no [reward] or [sandbox] section"
             )
         return cfg.reward, cfg.sandbox
-    from ascent.config.loader import _apply_override
+    from ascent.config.loader import sections_from_sets
 
-    raw: dict[str, Any] = {}
-    for item in sets or []:
-        _apply_override(raw, item)
-    try:
-        sections = _Sections.model_validate(raw)
-    except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        hint = (
-            "; only [reward] and [sandbox] apply here" if first["type"] == "extra_forbidden" else ""
-        )
-        raise ConfigError(f"--set {where}: {first['msg']}{hint}") from None
+    sections = sections_from_sets(_Sections, sets or [], "only [reward] and [sandbox] apply here")
     return sections.reward, sections.sandbox
 
 
