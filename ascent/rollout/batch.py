@@ -24,7 +24,8 @@ class RolloutBatch:
     # end (and, in multi-turn rollouts, on tool / observation tokens the policy did not choose).
     response_mask: Tensor
     # (B, R) float: log pi(a_t | s_t) of each sampled token under the sampling policy, i.e.
-    # log_softmax(logits / temperature) before any top-k / top-p truncation; 0 off the mask.
+    # log_softmax(logits / temperature) before any top-k / top-p truncation (vLLM: after it,
+    # the distribution it drew from); 0 off the mask.
     logprobs: Tensor
     # (B,) long: id of the prompt each row answers; equal ids form one GRPO group.
     group_ids: Tensor
