@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from ascent.errors import AscentError
 from ascent.observe.diagnosis import Finding, diagnose
 from ascent.observe.live import read_events
 from ascent.observe.plots import Marker, RunCurves, draw, panels_with_data, place_markers, png
-from ascent.observe.report import read_metrics
+from ascent.observe.report import read_run
 from ascent.rundir import write_text_atomic
 
 INSTALL_HINT = "pip install 'ascent[report]'"
@@ -93,13 +92,9 @@ def _number(value: Any) -> float | None:
 
 
 def load_run(run_dir: Path, name: str) -> Run:
-    if not run_dir.is_dir():
-        raise AscentError(f"{run_dir}: no such run directory; check the path")
-    rows = read_metrics(run_dir)
+    rows, summary = read_run(run_dir)
     if not any("step" in row for row in rows):
         raise AscentError(f"{run_dir}: metrics.jsonl has no logged step yet; nothing to plot")
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     findings, events = diagnose(rows), diagnosis_events(run_dir)
     fired = [e for e in events if e.get("event", "fired") != "cleared"]
     markers = [Marker(e["step"], e["pattern"], live=True) for e in fired]

@@ -71,14 +71,18 @@ def _series(rows: list[dict[str, Any]], key: str) -> list[float]:
     ]
 
 
-def build_report(run_dir: Path) -> tuple[list[list[str]], dict[str, Any], list[Finding]]:
-    """Rows of (metric, first, last, min, max, trend), the summary, and the findings."""
-    run_dir = Path(run_dir)
+def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A run directory's metrics and its summary ({} while the run has not ended)."""
     if not run_dir.is_dir():
         raise AscentError(f"{run_dir}: no such run directory; check the path")
-    rows = read_metrics(run_dir)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    return read_metrics(run_dir), summary
+
+
+def build_report(run_dir: Path) -> tuple[list[list[str]], dict[str, Any], list[Finding]]:
+    """Rows of (metric, first, last, min, max, trend), the summary, and the findings."""
+    rows, summary = read_run(Path(run_dir))
     table = []
     for key in HEADLINE:
         series = _series(rows, key)
