@@ -26,11 +26,10 @@ from ascent.config.data import ColumnsSection
 from ascent.config.rewards import CodeRewardSection, SandboxSection
 from ascent.data import clean_rules as rules
 from ascent.data.clean_rules import clean_text
-from ascent.data.code_problems import NORMALISERS, CodeProblem, RowError, detect_code_format
+from ascent.data.code_problems import MATH_PROMPTS, NORMALISERS, CodeProblem, code_row
 from ascent.errors import AscentError
 from ascent.registry import Registry
 
-MATH_PROMPTS = ("question", "problem", "prompt")  # tried in order without [data.columns]
 TEXT_COLUMNS = {"code": "statement", "humaneval": "prompt", "code_contests": "content"}
 
 
@@ -63,9 +62,9 @@ def make_item(
 ) -> Item:
     """`row` as an Item; `kind` auto, math or code; `columns`: [data.columns] (None: look for
     question / problem / prompt and answer). A row that is not the kind asked for is an error."""
-    code_format = detect_code_format(row)
-    if kind == "code" or (kind == "auto" and code_format is not None):
-        return _code_item(number, row, code_format, where, default_language)
+    found = code_row(row, kind, where, f"row {number}")
+    if found is not None:
+        return _code_item(number, row, *found, where, default_language)
     names = MATH_PROMPTS if columns is None else (columns.prompt,)
     column = next((name for name in names if name in row), None)
     answer_column = "answer" if columns is None else columns.answer
@@ -82,21 +81,16 @@ def make_item(
 
 
 def _code_item(
-    number: int, row: dict[str, Any], fmt: str | None, where: str, default_language: str
+    number: int,
+    row: dict[str, Any],
+    fmt: str,
+    problem: CodeProblem,
+    where: str,
+    default_language: str,
 ) -> Item:
     from ascent.rewards.code import language_name
 
-    if fmt is None:
-        fields = ", ".join(sorted(row)[:8]) or "none"
-        raise AscentError(
-            f"{where}: not a code problem (fields: {fields}); code rows are ascent's code schema "
-            "(statement, hidden_tests, ...), HumanEval or code_contests rows"
-        )
-    try:
-        problem = NORMALISERS[fmt](row, f"row {number}")
-        language = language_name(row.get("language")) or default_language
-    except (RowError, AscentError) as err:
-        raise AscentError(f"{where}: {err} (reading it as {fmt} format)") from None
+    language = language_name(row.get("language"), f"{where}: language") or default_language
     column = TEXT_COLUMNS[fmt]
     raw = row[column]
     text = clean_text(raw, "code" if problem.is_function else "statement")

@@ -145,6 +145,38 @@ def detect_code_format(row: dict[str, Any]) -> str | None:
     return None
 
 
+# How `ascent data clean` and `ascent data grade` read a row: `--kind`, and the prompt columns
+# of a math row tried in order when no [data.columns] names them.
+ROW_KINDS = ("auto", "math", "code")
+MATH_PROMPTS = ("question", "problem", "prompt")
+
+
+def check_row_kind(kind: str) -> None:
+    if kind not in ROW_KINDS:
+        raise AscentError(f"--kind {kind!r} is unknown; use math, code or auto (detect per row)")
+
+
+def code_row(
+    row: dict[str, Any], kind: str, where: str, default_id: str = ""
+) -> tuple[str, CodeProblem] | None:
+    """(format, problem) when `row` is to be read as code: `kind` code, or auto and its fields
+    are a code format's; None for a math row. A row that cannot be is one line naming it
+    (`where`); a row without an id gets `default_id` (unset: `where`)."""
+    fmt = detect_code_format(row)
+    if kind == "math" or (kind == "auto" and fmt is None):
+        return None
+    if fmt is None:
+        fields = ", ".join(sorted(row)[:8]) or "none"
+        raise AscentError(
+            f"{where}: not a code problem (fields: {fields}); code rows are ascent's code schema "
+            "(statement, hidden_tests, ...), HumanEval or code_contests rows"
+        )
+    try:
+        return fmt, NORMALISERS[fmt](row, default_id or where)
+    except RowError as err:
+        raise AscentError(f"{where}: {err} (reading it as {fmt} format)") from None
+
+
 def load_code_problems(path: str | Path, fmt: str = "auto", limit: int = 0) -> list[CodeProblem]:
     """The first `limit` problems (0: all) of a JSONL file in one of `CODE_FORMATS`."""
     path = Path(path)

@@ -44,7 +44,6 @@ data_app = typer.Typer(
 )
 
 CHUNK = 64  # rows filtered together (their reference solutions are judged in parallel)
-KINDS = ("auto", "math", "code")
 
 
 class _Sections(Section):
@@ -119,10 +118,10 @@ def clean_file(
     """Clean the rows of `source` into `out` and its `.dropped.jsonl` sibling."""
     from ascent.data.bundled import resolve_data_path
     from ascent.data.clean import FilterContext, ReferenceJudge, apply_filters, make_item
+    from ascent.data.code_problems import check_row_kind
     from ascent.observe.progress import TrainProgress
 
-    if kind not in KINDS:
-        raise AscentError(f"--kind {kind!r} is unknown; use math, code or auto (detect per row)")
+    check_row_kind(kind)
     path = resolve_data_path(source)
     report = CleanReport(path, out, dropped_path(out))
     rows, total = _rows(path, settings.split)

@@ -39,7 +39,7 @@ from rich.table import Table
 from ascent.config.data import ColumnsSection
 from ascent.config.grade import DIFFICULTIES
 from ascent.config.llm import LLMConfig
-from ascent.data.code_problems import NORMALISERS, RowError, detect_code_format
+from ascent.data.code_problems import MATH_PROMPTS, check_row_kind, code_row
 from ascent.data.files import DIFFICULTY_COLUMN, row_to_problem
 from ascent.data.problems import Problem as DataProblem
 from ascent.data.problems import render_prompt
@@ -50,8 +50,6 @@ from ascent.evaluation.problem_set import MathProblem, Problem
 from ascent.evaluation.scoring import Scorer, make_scorer
 from ascent.observe.progress import TrainProgress
 
-KINDS = ("auto", "math", "code")
-MATH_PROMPTS = ("question", "problem", "prompt")  # tried in order without [data.columns]
 ORIGINAL_LABEL = "source_difficulty"  # where a row's own, non-grade difficulty label is kept
 
 
@@ -119,8 +117,7 @@ def grade_rows(
     console: Console | None = None,
 ) -> GradeReport:
     """Sample `[grade] k` completions of every row's problem and grade it."""
-    if kind not in KINDS:
-        raise AscentError(f"--kind {kind!r} is unknown; use math, code or auto (detect per row)")
+    check_row_kind(kind)
     if cfg.data.chat_template == "off":
         raise ConfigError(
             '[data] chat_template: "off" cannot be honoured here: each prompt goes to the policy '
@@ -187,18 +184,9 @@ def make_item(
 ) -> GradeItem:
     """A row as a problem to sample: code when `kind` is code or (auto) its fields are a code
     format's, else math (`columns`: [data.columns]; None: question / problem / prompt, answer)."""
-    code_format = detect_code_format(row)
-    if kind == "code" or (kind == "auto" and code_format is not None):
-        if code_format is None:
-            fields = ", ".join(sorted(row)[:8]) or "none"
-            raise AscentError(
-                f"{where}: not a code problem (fields: {fields}); code rows are ascent's code "
-                "schema (statement, hidden_tests, ...), HumanEval or code_contests rows"
-            )
-        try:
-            problem: Problem = NORMALISERS[code_format](row, where)
-        except RowError as err:
-            raise AscentError(f"{where}: {err} (reading it as {code_format} format)") from None
+    found = code_row(row, kind, where)
+    if found is not None:
+        problem: Problem = found[1]
         extra = {name: row[name] for name in (columns.extra if columns else ()) if name in row}
         text = DataProblem(key=problem.id, prompt=problem.statement, answer="", columns=extra)
         return GradeItem(where, row, "code", problem, _prompt(cfg, text))
