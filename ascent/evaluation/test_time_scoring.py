@@ -195,11 +195,12 @@ class AttemptScorer:
 
     async def score(self, visible: VisibleProblem, texts: list[str]) -> Scores:
         """Each attempt's reward; attempts are judged concurrently (equal programs once)."""
-        verdicts = await asyncio.gather(*(self._judge(visible, text) for text in texts))
+        vote = self.labels == "vote" and bool(visible.vote_inputs)
+        verdicts = await asyncio.gather(*(self._judge(visible, text, vote) for text in texts))
         error = next((v.sandbox_error for v in verdicts if v and v.sandbox_error), "")
         broken = [bool(v and v.broken) for v in verdicts]
-        if self.labels == "vote" and visible.vote_inputs:
-            outputs = await asyncio.gather(*(self._outputs(visible, text) for text in texts))
+        if vote:
+            outputs = [v.outputs if v is not None else None for v in verdicts]
             error = error or next((o for o in outputs if isinstance(o, str)), "")
             if not error:
                 runs = [o if not isinstance(o, str) else None for o in outputs]
@@ -225,19 +226,13 @@ class AttemptScorer:
             accepted.append(sound and not bad)
         return Scores(rewards, accepted, error)
 
-    async def _outputs(self, visible: VisibleProblem, text: str) -> list[str | None] | str | None:
-        """The attempt's outputs on the vote inputs (None: no program; str: sandbox failure)."""
-        parsed = self.fmt.parse_solution(text)
-        if parsed is None:
-            return None
-        language = parsed[1] or self.default_language
-        return await self.verifier.outputs(visible.code, parsed[0], language, visible.vote_inputs)
-
-    async def _judge(self, visible: VisibleProblem, text: str) -> AttemptVerdict | None:
-        """The attempt's verdict on the visible tests; None when it holds no program."""
+    async def _judge(self, visible: VisibleProblem, text: str, vote: bool) -> AttemptVerdict | None:
+        """The attempt's verdict on the visible tests, with (`vote`) its outputs on the vote
+        inputs from the same compiled program; None when it holds no program."""
         parsed = self.fmt.parse_solution(text)
         if parsed is None:
             return None
         language = parsed[1] or self.default_language
         tests = list(visible.tests)
-        return await self.verifier.attempt(visible.code, parsed[0], language, tests)
+        inputs = visible.vote_inputs if vote else None
+        return await self.verifier.attempt(visible.code, parsed[0], language, tests, inputs)

@@ -385,9 +385,13 @@ def test_a_vote_rewards_agreement_with_the_most_common_output(sandbox, tmp_path)
                                    default_language="python", labels="vote")  # fmt: skip
             visible = await scorer.prepare(problem, code)
             assert visible.vote_inputs == ("",) and visible.code.reference_solution is None
-            return await scorer.score(visible, texts)
+            scored = await scorer.score(visible, texts)
+            jobs.append(verifier.runs)
+            return scored
 
+    jobs: list[int] = []
     wrong_majority = asyncio.run(scores(["7", "7", "5", "x", "7"]))
+    assert jobs == [2]  # one sandbox job per distinct program: judged and voted on one compile
     assert wrong_majority.rewards == pytest.approx([0.1, 0.1, -0.4, -0.5, 0.1])
     assert wrong_majority.accepted == [True, True, False, False, True]
     tie = asyncio.run(scores(["7", "5"]))  # no majority: nothing is broken

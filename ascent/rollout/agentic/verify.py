@@ -60,6 +60,9 @@ class AttemptVerdict:
     failure: Failure | None = None  # the first failed sample, else the first broken test
     compile_log: str = ""
     sandbox_error: str = ""  # not the program's fault: the attempt is not judged
+    # when asked for (`inputs`): the program's output on each (None: it did not run cleanly),
+    # or a sandbox failure's detail (str)
+    outputs: list[str | None] | str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -106,40 +109,56 @@ def judge_attempt(
     generated: list[StdioTest],
     cfg: CodeRewardSection,
     sandbox_cfg: SandboxSection,
+    inputs: list[str] | None = None,
 ) -> AttemptVerdict:
     """Compile, run the samples and, when they pass, every confirmed generated test; the
-    failure shown is the first."""
+    failure shown is the first. With `inputs`, the same compiled program's output on each
+    (`verdict.outputs`, for test-time RL's majority vote): one compilation serves both."""
     program = worker.prepare(code, language)
     try:
-        if program.compile.status == "sandbox_error":
-            return AttemptVerdict(False, None, 0.0, sandbox_error=program.compile.detail)
-        if not program.ok:
-            log = (program.compile.stderr or program.compile.detail)[-COMPILE_LOG_CHARS:]
-            return AttemptVerdict(False, None, cfg.compile_error_reward, compile_log=log)
-        limits = Limits.for_run(sandbox_cfg, problem.time_limit_ms)
-        tol = cfg.float_tolerance
-        verdict = AttemptVerdict(True, None, cfg.compile_reward)
-        samples = list(problem.sample_tests)
-        if samples:
-            found = _failures(worker, program, samples, limits, "sample", tol)
-            if isinstance(found, str):
-                verdict.sandbox_error = found
-                return verdict
-            verdict.samples_ok, verdict.passed = not found, len(samples) - len(found)
-            if found:
-                verdict.failure = found[0]
-                return verdict
-            verdict.tier = cfg.sample_reward
-        found = _failures(worker, program, generated, limits, "generated", tol)
-        if isinstance(found, str):
-            verdict.sandbox_error = found
-        else:
-            verdict.passed += len(generated) - len(found)
-            if found:
-                verdict.broken, verdict.failure = True, found[0]
+        verdict = _judge_program(worker, program, problem, generated, cfg, sandbox_cfg)
+        if inputs is not None:
+            verdict.outputs = _program_outputs(worker, program, problem, inputs, sandbox_cfg)
         return verdict
     finally:
         worker.drop(program)
+
+
+def _judge_program(
+    worker: Worker,
+    program: Any,
+    problem: CodeProblem,
+    generated: list[StdioTest],
+    cfg: CodeRewardSection,
+    sandbox_cfg: SandboxSection,
+) -> AttemptVerdict:
+    if program.compile.status == "sandbox_error":
+        return AttemptVerdict(False, None, 0.0, sandbox_error=program.compile.detail)
+    if not program.ok:
+        log = (program.compile.stderr or program.compile.detail)[-COMPILE_LOG_CHARS:]
+        return AttemptVerdict(False, None, cfg.compile_error_reward, compile_log=log)
+    limits = Limits.for_run(sandbox_cfg, problem.time_limit_ms)
+    tol = cfg.float_tolerance
+    verdict = AttemptVerdict(True, None, cfg.compile_reward)
+    samples = list(problem.sample_tests)
+    if samples:
+        found = _failures(worker, program, samples, limits, "sample", tol)
+        if isinstance(found, str):
+            verdict.sandbox_error = found
+            return verdict
+        verdict.samples_ok, verdict.passed = not found, len(samples) - len(found)
+        if found:
+            verdict.failure = found[0]
+            return verdict
+        verdict.tier = cfg.sample_reward
+    found = _failures(worker, program, generated, limits, "generated", tol)
+    if isinstance(found, str):
+        verdict.sandbox_error = found
+    else:
+        verdict.passed += len(generated) - len(found)
+        if found:
+            verdict.broken, verdict.failure = True, found[0]
+    return verdict
 
 
 def program_outputs(
@@ -154,20 +173,26 @@ def program_outputs(
     sandbox failure's detail (str): that is not the program's fault."""
     program = worker.prepare(code, language)
     try:
-        if program.compile.status == "sandbox_error":
-            return program.compile.detail or "sandbox error"
-        if not program.ok:
-            return [None] * len(inputs)
-        limits = Limits.for_run(cfg, problem.time_limit_ms)
-        outputs: list[str | None] = []
-        for stdin in inputs:
-            run = worker.run(program, stdin, limits)
-            if run.status == "sandbox_error":
-                return run.detail or "sandbox error"
-            outputs.append(run.stdout if run.status == "ok" else None)
-        return outputs
+        return _program_outputs(worker, program, problem, inputs, cfg)
     finally:
         worker.drop(program)
+
+
+def _program_outputs(
+    worker: Worker, program: Any, problem: CodeProblem, inputs: list[str], cfg: SandboxSection
+) -> list[str | None] | str:
+    if program.compile.status == "sandbox_error":
+        return program.compile.detail or "sandbox error"
+    if not program.ok:
+        return [None] * len(inputs)
+    limits = Limits.for_run(cfg, problem.time_limit_ms)
+    outputs: list[str | None] = []
+    for stdin in inputs:
+        run = worker.run(program, stdin, limits)
+        if run.status == "sandbox_error":
+            return run.detail or "sandbox error"
+        outputs.append(run.stdout if run.status == "ok" else None)
+    return outputs
 
 
 def reference_outputs(
@@ -251,25 +276,24 @@ class Verifier:
         return Validation(len(tests), confirmed, len(tests) - len(fresh))
 
     async def attempt(
-        self, problem: CodeProblem, code: str, language: str, generated: list[StdioTest]
+        self,
+        problem: CodeProblem,
+        code: str,
+        language: str,
+        generated: list[StdioTest],
+        inputs: tuple[str, ...] | None = None,
     ) -> AttemptVerdict:
+        """The attempt's verdict; with `inputs`, also its output on each (`verdict.outputs`)."""
         if problem.is_function:  # no stdin tests to run per attempt: compiling is the check
             generated = []
-        key = ("attempt", problem, code, language, tuple(generated))
+        key = ("attempt", problem, code, language, tuple(generated), inputs)
         cfg, sandbox_cfg = self.cfg, self.sandbox_cfg
+        listed = None if inputs is None else list(inputs)
         return await self._cached(
             key,
-            lambda w: judge_attempt(w, problem, code, language, generated, cfg, sandbox_cfg),
-        )
-
-    async def outputs(
-        self, problem: CodeProblem, code: str, language: str, inputs: tuple[str, ...]
-    ) -> list[str | None] | str:
-        """An attempt's output on each input (test-time RL's majority vote reads them)."""
-        sandbox_cfg = self.sandbox_cfg
-        return await self._cached(
-            ("outputs", problem, code, language, inputs),
-            lambda w: program_outputs(w, problem, code, language, list(inputs), sandbox_cfg),
+            lambda w: judge_attempt(
+                w, problem, code, language, generated, cfg, sandbox_cfg, listed
+            ),
         )
 
     async def final(self, problem: CodeProblem, code: str, language: str) -> CodeVerdict:
