@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ascent.config.clean import REASONS, CleanSection
@@ -49,6 +50,19 @@ class Item:
 
     def cleaned_row(self) -> dict[str, Any]:
         return {**self.row, self.column: self.text}
+
+    @cached_property
+    def sources(self) -> list[str]:
+        """The Python code of a code item: imports in its statement, and its reference
+        solution (parsed once, read by several filters)."""
+        assert self.problem is not None
+        code = [self.text] if self.problem.is_function else [rules.statement_code(self.text)]
+        reference = self.problem.reference_solution
+        return code + ([reference] if reference and self.language == "python" else [])
+
+    @cached_property
+    def imports(self) -> set[str]:
+        return set().union(*(python_imports(code) for code in self.sources))
 
 
 def make_item(
@@ -220,36 +234,24 @@ def _code_check(reason: str, check: Callable[[Item, CleanSection], str | None]) 
     return run
 
 
-def _sources(item: Item) -> list[str]:
-    """The Python code of a code item: imports in its statement, and its reference solution."""
-    assert item.problem is not None
-    code = [item.text] if item.problem.is_function else [rules.statement_code(item.text)]
-    reference = item.problem.reference_solution
-    return code + ([reference] if reference and item.language == "python" else [])
-
-
-def _imports(item: Item) -> set[str]:
-    return set().union(*(python_imports(code) for code in _sources(item)))
-
-
 def _file_io(item: Item, settings: CleanSection) -> str | None:
-    for code in _sources(item):
+    for code in item.sources:
         if rules.OPENS_FILE.search(code):
             return "its code opens a file"
     return None
 
 
 def _network(item: Item, settings: CleanSection) -> str | None:
-    used = sorted(_imports(item) & rules.NETWORK_MODULES)
+    used = sorted(item.imports & rules.NETWORK_MODULES)
     return f"its code imports {', '.join(used)}" if used else None
 
 
 def _environment(item: Item, settings: CleanSection) -> str | None:
-    imported = _imports(item) - set(settings.allowed_modules)
+    imported = item.imports - set(settings.allowed_modules)
     needs = sorted(m for m in imported if m in rules.ENVIRONMENT_MODULES or not _stdlib(m))
     if needs:
         return f"its code imports {', '.join(needs)} (not in Python's standard library)"
-    if any(rules.READS_ENVIRONMENT.search(code) for code in _sources(item)):
+    if any(rules.READS_ENVIRONMENT.search(code) for code in item.sources):
         return "its code reads environment variables"
     return None
 
