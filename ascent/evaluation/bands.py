@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from ascent.errors import AscentError
+
 BandKind = Literal["rating", "label", "outside", "unrated"]
 # CodeChef-style words in increasing difficulty; other labels sort alphabetically after them.
 WORD_ORDER = ("EASY", "MEDIUM", "MEDIUM_HARD", "HARD", "VERY_HARD")
@@ -88,12 +90,17 @@ class Skipped:
         )
 
 
-def in_bands(problems: Sequence[P], bands: Sequence[tuple[int, int]]) -> tuple[list[P], Skipped]:
-    """The problems whose `rating` lies in one of `bands`, and the count of the others."""
+def in_bands(
+    problems: Sequence[P],
+    bands: Sequence[tuple[int, int]],
+    rating_of: Callable[[P], Any] = lambda problem: getattr(problem, "rating", None),
+) -> tuple[list[P], Skipped]:
+    """The problems whose rating (`rating_of`) lies in one of `bands`, and the count of the
+    others."""
     kept: list[P] = []
     no_rating = outside = 0
     for problem in problems:
-        rating: Any = getattr(problem, "rating", None)
+        rating = rating_of(problem)
         if rating is None:
             no_rating += 1
         elif band_of(rating, None, bands).kind == "rating":
@@ -101,6 +108,15 @@ def in_bands(problems: Sequence[P], bands: Sequence[tuple[int, int]]) -> tuple[l
         else:
             outside += 1
     return kept, Skipped(no_rating, outside)
+
+
+def no_problem_in_bands(where: str, skipped: Skipped) -> AscentError:
+    """The one line for `only_bands` keeping nothing, with what there was instead."""
+    return AscentError(
+        f"{where}: no problem is rated inside [eval] rating_bands ({skipped.no_rating} "
+        f"without a rating, {skipped.outside} outside every band); widen rating_bands, "
+        "or set only_bands = false"
+    )
 
 
 def rows_by_band(

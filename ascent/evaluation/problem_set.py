@@ -23,7 +23,7 @@ from ascent.data.code_problems import (
     read_jsonl,
 )
 from ascent.errors import AscentError, ConfigError
-from ascent.evaluation.bands import Skipped, in_bands
+from ascent.evaluation.bands import Skipped, in_bands, no_problem_in_bands
 
 LANGUAGE_LABELS = {"python": "Python 3", "cpp": "C++17"}
 STDIO_PROMPT = (
@@ -117,11 +117,7 @@ def select_problems(path: Path, cfg: EvalSection) -> tuple[ProblemSet, Skipped]:
     everything = load_problem_set(path, cfg.format)
     kept, skipped = in_bands(everything.problems, cfg.rating_bands)
     if not kept:
-        raise AscentError(
-            f"{path}: no problem is rated inside [eval] rating_bands ({skipped.no_rating} "
-            f"without a rating, {skipped.outside} outside every band); widen rating_bands, "
-            "or set only_bands = false"
-        )
+        raise no_problem_in_bands(str(path), skipped)
     return replace(everything, problems=kept[: cfg.limit or None]), skipped
 
 

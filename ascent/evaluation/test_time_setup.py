@@ -22,7 +22,7 @@ from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem
 from ascent.errors import ConfigError
 from ascent.evaluation.agentic_parts import EvalFormat, check_agentic_eval, episode_problems
-from ascent.evaluation.bands import Skipped, in_bands
+from ascent.evaluation.bands import Skipped, in_bands, no_problem_in_bands
 from ascent.evaluation.problem_set import resolve_problems_path, select_problems
 from ascent.rollout.agentic.formats import FORMATS, CodeFormat
 
@@ -170,14 +170,9 @@ def load_source(cfg: LLMConfig) -> ProblemSource:
     pairs = [(p, fmt.code_problem(p)) for p in load_task(cfg.data, cfg.run.seed).eval]
     skipped = Skipped()
     if ev.only_bands:
-        kept, skipped = in_bands([code for _, code in pairs], ev.rating_bands)
-        ids = {id(code) for code in kept}
-        pairs = [pair for pair in pairs if id(pair[1]) in ids]
+        pairs, skipped = in_bands(pairs, ev.rating_bands, lambda pair: pair[1].rating)
         if not pairs:
-            raise ConfigError(
-                f"[eval] only_bands: no held-out problem is rated inside rating_bands "
-                f"({skipped.no_rating} without a rating); remove only_bands"
-            )
+            raise no_problem_in_bands(f"[eval] problems = {HELD_OUT!r}", skipped)
     pairs = pairs[: ev.limit or None]
     label = f"{HELD_OUT} ({cfg.data.path or name})"
     return ProblemSource(label, Path("held_out"), name, fmt, pairs, skipped)

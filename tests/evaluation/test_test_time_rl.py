@@ -319,6 +319,7 @@ def test_a_prompt_over_the_models_context_is_refused(sandbox, tmp_path, run_cli)
         ("eval.temperature=0.7", "[eval] temperature: with test-time RL the answers are greedy"),
         ("eval.max_problem_chars=40", "[eval] max_problem_chars: the arithmetic task writes"),
         ("agentic.roles.testgen=off", "no attempt could be scored; set [agentic.roles] testgen"),
+        ("eval.only_bands=true", "no problem is rated inside [eval] rating_bands (200 without"),
     ],
 )
 def test_what_cannot_act_is_refused_in_one_line(run_cli, override, message):
