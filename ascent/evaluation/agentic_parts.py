@@ -29,7 +29,7 @@ from ascent.evaluation.problem_set import ProblemSet
 from ascent.rewards.code import language_name
 from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings, reference_users
-from ascent.rollout.agentic.formats import INSTRUCTIONS, CodeFormat
+from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.verify import Verifier
 
@@ -50,30 +50,18 @@ class EvalFormat(CodeFormat):
 
     def problem_text(self, code: CodeProblem) -> str:
         """The problem as every role reads it (its statement and sample tests), cut."""
-        text = _whole_problem(code)
+        text = super().problem_text(code)
         return text[: self.max_chars] if self.max_chars else text
 
     def cut(self, code: CodeProblem) -> bool:
-        return bool(self.max_chars) and len(_whole_problem(code)) > self.max_chars
+        return bool(self.max_chars) and len(super().problem_text(code)) > self.max_chars
 
     def header(self, role: str, code: CodeProblem) -> str:
-        text = self.problem_text(code)
-        return f"{INSTRUCTIONS[role]}\n\n{text}" if self.instructions else text
+        return super().header(role, code) if self.instructions else self.problem_text(code)
 
     def messages(self, role: str, code: CodeProblem, events: list[Any]) -> list[dict[str, Any]]:
-        user = {
-            "role": "user",
-            "content": self.problem_text(code) + self.update(role, code, events),
-        }
-        if not self.instructions:
-            return [user]
-        return [{"role": "system", "content": INSTRUCTIONS[role]}, user]
-
-
-def _whole_problem(code: CodeProblem) -> str:
-    """The code format's header without the role's instructions: the problem statement
-    and its sample tests."""
-    return CodeFormat().header("solver", code).split("\n\n", 1)[1]
+        chat = super().messages(role, code, events)
+        return chat if self.instructions else chat[1:]  # without the system message
 
 
 class CharEstimate:

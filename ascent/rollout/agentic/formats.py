@@ -95,11 +95,15 @@ class CodeFormat:
 
     # -- what roles read ---------------------------------------------------------------------
 
-    def header(self, role: str, code: CodeProblem) -> str:
+    def problem_text(self, code: CodeProblem) -> str:
+        """The problem as every role reads it: its statement and sample tests."""
         samples = "".join(
             f"\n\nSample input:\n{t.input}\nSample output:\n{t.output}" for t in code.sample_tests
         )
-        return f"{INSTRUCTIONS[role]}\n\n## Problem\n{code.statement}{samples}"
+        return f"## Problem\n{code.statement}{samples}"
+
+    def header(self, role: str, code: CodeProblem) -> str:
+        return f"{INSTRUCTIONS[role]}\n\n{self.problem_text(code)}"
 
     def visible(self, role: str, event: Event) -> bool:
         """Whether `role` reads `event` (here: every role reads the whole transcript)."""
@@ -114,10 +118,9 @@ class CodeFormat:
     def messages(self, role: str, code: CodeProblem, events: list[Event]) -> list[dict[str, Any]]:
         """A chat for the role (API roles, chat-template policies): its instructions, then
         the problem and the transcript."""
-        problem = CodeFormat.header(self, role, code).split("\n\n", 1)[1]
         return [
             {"role": "system", "content": INSTRUCTIONS[role]},
-            {"role": "user", "content": problem + self.update(role, code, events)},
+            {"role": "user", "content": self.problem_text(code) + self.update(role, code, events)},
         ]
 
     def update(self, role: str, code: CodeProblem, events: list[Event]) -> str:
