@@ -32,9 +32,22 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip() { .venv/bin/python -m pip "$@"; }
+has_nvidia() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+# apt_or_warn PACKAGE WHAT WITHOUT: install a Debian package when root with apt-get, else say
+# what goes missing without it (WITHOUT) and how to install it.
+apt_or_warn() {
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing $1 ($2)"
+    apt-get install -y -qq "$1" >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$1" >/dev/null; }
+  else
+    echo "!! $1 is missing: $3 (e.g. sudo apt-get install $1)" >&2
+  fi
+}
 
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  if has_nvidia; then
     echo "== installing torch (CUDA build: an NVIDIA GPU is present)"
     pip install -q torch
   else
@@ -49,26 +62,13 @@ fi
 
 # The code sandbox isolates model-written programs with bubblewrap (Linux user namespaces).
 if ! command -v bwrap >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing bubblewrap (code sandbox)"
-    apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
-      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null; }
-  else
-    echo "!! bubblewrap is missing: code rewards will refuse to run until you install it" \
-      "(e.g. sudo apt-get install bubblewrap)" >&2
-  fi
+  apt_or_warn bubblewrap "code sandbox" "code rewards will refuse to run until you install it"
 fi
 
 # The browser test of `ascent report --html` renders the page in Debian's headless chromium.
 if [[ " ${extras[*]-} " == *" dev "* ]] && [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing chromium (browser test of ascent report --html)"
-    apt-get install -y -qq chromium >/dev/null 2>&1 ||
-      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null; }
-  else
-    echo "!! chromium is missing: the HTML report's browser test will be skipped" \
-      "(e.g. sudo apt-get install chromium)" >&2
-  fi
+  apt_or_warn chromium "browser test of ascent report --html" \
+    "the HTML report's browser test will be skipped"
 fi
 
 spec="."
@@ -76,12 +76,12 @@ if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 echo "== installing ascent ($spec)"
 pip install -q -e "$spec"
 
-# vLLM, one version for both builds. The CPU build pins torch to the CPU wheel installed above;
-# its torchvision / torchaudio / torchcodec are CUDA builds that break imports, and ascent
-# needs none of them.
-VLLM_VERSION=0.32.0
+# vLLM, one version for both builds: the pin of pyproject.toml's `vllm` extra. The CPU build
+# pins torch to the CPU wheel installed above; its torchvision / torchaudio / torchcodec are
+# CUDA builds that break imports, and ascent needs none of them.
+VLLM_VERSION=$(sed -n 's/^vllm = \["vllm==\([0-9.]*\)"\].*/\1/p' pyproject.toml)
 if [ "$want_vllm" = 1 ] && ! .venv/bin/python -c 'import vllm' 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  if has_nvidia; then
     echo "== installing vllm $VLLM_VERSION (CUDA)"
     pip install -q "vllm==$VLLM_VERSION"
   else
