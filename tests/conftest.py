@@ -45,3 +45,23 @@ def run_cli(capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The shipped real model (ascent:smollm2-135m), converted once per machine into the user's
+    cache (scripts/setup.sh installs its package). For tests where a real BPE tokenizer, chat
+    template or 134 M-parameter model matters; the tiny model stays the fast default."""
+    from ascent.models import resolve_model_path
+    from ascent.models.smollm2 import SMOLLM2
+
+    return Path(resolve_model_path(SMOLLM2))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir):
+    """SmolLM2's tokenizer as ascent loads it (left padding, pad token set)."""
+    from ascent.config.llm import ModelSection
+    from ascent.models import load_tokenizer
+
+    return load_tokenizer(ModelSection(name_or_path=str(smollm2_dir)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -99,7 +100,8 @@ class DataSection(Section):
     prompt_template: str = Field(
         "{prompt}",
         description="Format string for what the policy sees: {prompt} is the task's prompt; "
-        "the task's columns ({numbers}, {target}, [data.columns] extra) may also be used.",
+        "the task's columns ({a} {op} {b} of arithmetic, {numbers} {target} of countdown, "
+        "[data.columns] extra) may also be used.",
     )
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto",
@@ -119,11 +121,17 @@ class DataSection(Section):
 
     @field_validator("prompt_template")
     @classmethod
-    def _template_has_prompt(cls, value: str) -> str:
-        if "{prompt}" not in value:
+    def _template_has_a_field(cls, value: str) -> str:
+        """A template without a field would give every problem the same prompt. Which
+        fields exist depends on the task, so load_task checks them by rendering one."""
+        try:
+            fields = [name for _, name, _, _ in string.Formatter().parse(value) if name]
+        except ValueError:  # a lone brace: load_task names it with the fix
+            return value
+        if not fields:
             raise ValueError(
-                "[data] prompt_template must contain {prompt} (the task's question), "
-                'e.g. "Question: {prompt}\\nAnswer:"'
+                "[data] prompt_template must contain {prompt} (the task's question) or one of "
+                'the task\'s columns, e.g. "Question: {prompt}\\nAnswer:"'
             )
         return value
 

@@ -1,4 +1,5 @@
-"""Built-in task: multi-digit arithmetic, `07+45=` -> `52`.
+"""Built-in task: multi-digit arithmetic, `07+45=` -> `52` (or, through a prompt template
+over its columns, `What is 7 + 45?`).
 
 Operands are zero-padded to a fixed number of digits, so every prompt of a run has the same
 length (no padding, and the model need not learn where a number starts). Answers are plain
@@ -21,8 +22,12 @@ def evaluate(a: int, op: str, b: int) -> int:
 
 
 def arithmetic_problem(a: int, op: str, b: int, digits: int) -> Problem:
+    """The zero-padded equation is the prompt (what the tiny model reads); the operands and
+    operator are also columns, unpadded, for a prompt template in words
+    (`What is {a} {op} {b}?`, for a real instruct model)."""
     key = f"{a:0{digits}d}{op}{b:0{digits}d}"
-    return Problem(key=key, prompt=f"{key}=", answer=str(evaluate(a, op, b)))
+    columns = {"a": str(a), "op": op, "b": str(b)}
+    return Problem(key=key, prompt=f"{key}=", answer=str(evaluate(a, op, b)), columns=columns)
 
 
 ENUMERATE_LIMIT = 2_000_000  # problem spaces up to this size are listed, not sampled

@@ -16,7 +16,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.config.llm import CriticSection, LoraSection, ModelSection
 from ascent.errors import AscentError, UnknownNameError, did_you_mean
-from ascent.models.tiny import BUILTIN_MODELS, BUILTIN_PREFIX
+from ascent.models.builtin import BUILTIN_MODELS, BUILTIN_PREFIX
 from ascent.models.value import ValueModel, separate_critic, value_head
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -19,7 +19,6 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ascent.models.tokenizer import build_char_tokenizer
 
-BUILTIN_PREFIX = "ascent:"
 TINY = "ascent:tiny"
 TINY_ARITHMETIC = "ascent:tiny-arithmetic"
 TINY_VERSION = 1  # bump when the architecture or the init changes, so old caches are not reused
@@ -85,9 +84,3 @@ def ensure_tiny(directory: Path | None = None) -> Path:
 def asset_dir(name: str) -> Path:
     """A model directory shipped inside the package (`ascent/assets/<name>`)."""
     return Path(str(resources.files("ascent").joinpath("assets", name)))
-
-
-BUILTIN_MODELS = {
-    TINY: lambda: ensure_tiny(),
-    TINY_ARITHMETIC: lambda: asset_dir("tiny-arithmetic"),
-}

@@ -5,9 +5,10 @@ each distinct prompt once and returns next-token logits for its `n` copies; `ste
 appends one token per row and returns the next logits.
 
 - `StaticLlamaDecoder`, the fast path for Llama-family models (Llama, Qwen2, Mistral, all
-  without a sliding window): a plain function of the model's own weights (read, never copied, so it
-  always decodes with the weights being trained) over a key/value cache preallocated for the
-  whole generation, with no per-step mask building, cache objects or output dataclasses.
+  without a sliding window; LoRA adapters included): a plain function of the model's own
+  weights (read, never copied, so it always decodes with the weights being trained) over a
+  key/value cache preallocated for the whole generation, with no per-step mask building,
+  cache objects or output dataclasses.
 - `CacheDecoder`, for any other causal LM: the model's own forward with its dynamic cache.
 """
 
@@ -40,12 +41,19 @@ def _rms_norm(norm: nn.Module, x: Tensor) -> Tensor:
     return norm.weight * normed.to(x.dtype)
 
 
+def _lora_only(model: nn.Module) -> bool:
+    """A peft model whose every adapter is LoRA (prompt or prefix tuning change the inputs,
+    which this decoder would not reproduce)."""
+    configs = getattr(model, "peft_config", None) or {}
+    return bool(configs) and all(c.peft_type == "LORA" for c in configs.values())
+
+
 class StaticLlamaDecoder:
     """Decode a Llama-family model with a static KV cache and no per-token framework overhead."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        self.core = model.model
+        self.model = base_model(model)  # under LoRA: the model whose layers carry adapters
+        self.core = self.model.model
         cfg = model.config
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
@@ -53,11 +61,13 @@ class StaticLlamaDecoder:
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
-        """Plain (non-peft) Llama-family model whose every piece this decoder reproduces."""
-        if base_model(model) is not model:
+        """A Llama-family model whose every piece this decoder reproduces, plain or with LoRA
+        adapters (they live inside its linear layers, which the decoder calls as modules)."""
+        inner = base_model(model)
+        if inner is not model and not _lora_only(model):
             return False
-        cfg = model.config
-        core = getattr(model, "model", None)
+        cfg = inner.config
+        core = getattr(inner, "model", None)
         if cfg.model_type not in FAST_MODEL_TYPES or core is None or cfg.hidden_act != "silu":
             return False
         if getattr(cfg, "sliding_window", None) is not None:  # windowed attention: not here

@@ -33,7 +33,7 @@ def test_shared_prompt_forward_matches_plain_forward_in_value_and_gradient():
     assert entropy is not None and (entropy[mask] > 0).all()
 
 
-def test_lora_policy_trains_only_adapters_and_decodes_through_the_generic_path(tmp_path):
+def test_lora_policy_trains_only_adapters_and_decodes_through_the_fast_path(tmp_path):
     pytest.importorskip("peft")
     from ascent.config.llm import ModelSection
     from ascent.models import load_policy
@@ -46,11 +46,22 @@ def test_lora_policy_trains_only_adapters_and_decodes_through_the_generic_path(t
     policy = load_policy(cfg, torch.device("cpu"))
     trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
-    assert not StaticLlamaDecoder.supports(policy)
+    assert StaticLlamaDecoder.supports(policy)
+    with torch.no_grad():  # adapters that do something (peft starts lora_B at zero)
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
 
-    engine = TransformersEngine(policy, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id])
     prompts = [tok(p)["input_ids"] for p in ("12+34=", "9+9=")]
-    batch = engine.generate(prompts, [0, 1], 3, SamplingParams(5), torch.Generator().manual_seed(0))
+    batches = []
+    for fast in (True, False):
+        engine = TransformersEngine(
+            policy, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id], fast=fast
+        )
+        gen = torch.Generator().manual_seed(0)
+        batches.append(engine.generate(prompts, [0, 1], 3, SamplingParams(5), gen))
+    batch, generic = batches
+    assert torch.equal(batch.response_ids, generic.response_ids)
     logp, _ = response_logprobs(policy, batch)
     mask = batch.response_mask.bool()
     assert torch.allclose(logp[mask], batch.logprobs[mask], atol=1e-5)
