@@ -1,5 +1,7 @@
-"""GPU check: the GRPO recipe on a ~0.5 B-parameter Qwen2-architecture model, bf16 compute,
-FSDP2 over every visible GPU, 20 steps.
+"""GPU check: the GRPO recipe on two models, bf16 compute, FSDP2 over every visible GPU, 20
+steps each: a ~0.5 B-parameter Qwen2-architecture model at random, and the shipped real model
+`ascent:smollm2-135m` (SmolLM2-135M-Instruct's weights, its BPE tokenizer and chat template, on
+the SmolLM2 recipe's task: examples/smollm2_grpo.toml's prompts, 128 new tokens).
 
     .venv/bin/python benchmarks/gpu_check.py                  # on a CUDA machine
     .venv/bin/python benchmarks/gpu_check.py --cpu --small    # the same script, tiny, on CPU
@@ -11,10 +13,11 @@ real ones cost. The reward is the fraction of digits in a completion (it differs
 completions, so no group is skipped and every update does full work). One rank per GPU
 (`ascent train --nproc N`); on one GPU it runs in this process.
 
-It runs once with the transformers engine and, when the vllm extra is installed, once with
-vLLM (colocated, sleep mode on). Last line: one JSON object with, per engine, tokens_per_s
-(generated tokens per second, all GPUs) and per GPU, step_s (mean over the steps after the
-first 2), peak_memory_gib_per_gpu and the trainer-engine log-prob gap.
+Each model runs once with the transformers engine and, when the vllm extra is installed, once
+with vLLM (colocated, sleep mode on). Last line: one JSON object with, per model and engine,
+tokens_per_s (generated tokens per second, all GPUs) and per GPU, step_s (mean over the steps
+after the first 2), peak_memory_gib_per_gpu and the trainer-engine log-prob gap.
+`--models random` or `--models smollm2` runs one of the two.
 """
 
 from __future__ import annotations
@@ -65,13 +68,21 @@ def build_model(path: Path, small: bool) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def run_recipe(root: Path, engine: str, args: argparse.Namespace, gpus: int) -> dict:
-    """20 GRPO steps with `engine`; tokens/s, step time and peak memory per GPU."""
+SMOLLM2_TASK = {  # examples/smollm2_grpo.toml's task, through the chat template
+    "data.prompt_template": '"What is {a} + {b}? Reply with just the number."',
+    "data.chat_template": '"on"',
+}
+
+
+def run_recipe(
+    root: Path, model: str, engine: str, args: argparse.Namespace, gpus: int, extra: dict
+) -> dict:
+    """20 GRPO steps of `model` with `engine`; tokens/s, step time and peak memory per GPU."""
     from ascent.cli import main as ascent
 
-    name = f"gpu-check-{engine}"
+    name = f"gpu-check-{Path(model).name.replace(':', '-')}-{engine}"
     overrides = {
-        "model.name_or_path": f'"{root / "model"}"',
+        "model.name_or_path": f'"{model}"',
         "model.dtype": '"float32"' if args.cpu else '"bfloat16"',
         "run.device": '"cpu"' if args.cpu else '"cuda"',
         "run.output_dir": f'"{root / "runs"}"',
@@ -86,6 +97,7 @@ def run_recipe(root: Path, engine: str, args: argparse.Namespace, gpus: int) -> 
         "data.eval_size": str(max(8, gpus)),
         "rollout.max_new_tokens": str(args.max_new_tokens),
         "logging.progress": "false",
+        **extra,
     }
     cli = ["train", *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
     if gpus > 1:
@@ -114,6 +126,7 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (a smoke test)")
     parser.add_argument("--small", action="store_true", help="a tiny model of the same family")
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--models", choices=["both", "random", "smollm2"], default="both")
     args = parser.parse_args()
     gpus = 0 if args.cpu else torch.cuda.device_count()
     if not args.cpu and gpus == 0:
@@ -124,11 +137,17 @@ def main() -> None:
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        params = build_model(root / "model", args.small)
-        for engine in engines:
-            result[engine] = run_recipe(root, engine, args, gpus)
+        if args.models in ("both", "random"):
+            params = build_model(root / "model", args.small)
+            result["qwen2_random"] = {"parameters": params} | {
+                e: run_recipe(root, str(root / "model"), e, args, gpus, {}) for e in engines
+            }
+        if args.models in ("both", "smollm2"):
+            extra = SMOLLM2_TASK | {"rollout.max_new_tokens": "128"}
+            result["smollm2_135m"] = {
+                e: run_recipe(root, "ascent:smollm2-135m", e, args, gpus, extra) for e in engines
+            }
     result |= {
-        "parameters": params,
         "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),
         "gpus": gpus,
         "steps": args.steps,

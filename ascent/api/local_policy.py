@@ -19,6 +19,8 @@ from typing import Any
 
 from ascent.api.batching import Generation, GenParams
 from ascent.errors import AscentError
+from ascent.models.loading import has_tokenizer_files
+from ascent.models.prompting import continuation_ids, has_chat_template, prompt_ids, render_chat
 
 BUILTIN_PREFIX = "ascent:"
 
@@ -87,12 +89,9 @@ def export_checkpoint(ckpt: Path) -> Path:
     return export_model(ckpt / "model", policy, load_tokenizer(model_cfg))
 
 
-TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model")
-
-
 def run_tokenizer(model_dir: Path) -> str | None:
     """Where the tokenizer is when a checkpoint saved only the weights: the run's [model]."""
-    if any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+    if has_tokenizer_files(model_dir):
         return None
     model = _run_model(model_dir.parent)
     return None if model is None else model.tokenizer or model.name_or_path
@@ -140,36 +139,33 @@ class LocalPolicy:
 
     # -- Generator protocol -------------------------------------------------------------------
 
+    # Prompts are built and encoded by `ascent.models.prompting`, as the trainer builds them:
+    # a chat prompt (a `ChatText`) keeps the special tokens its template wrote and gets no
+    # more; a raw /v1/completions prompt gets the tokenizer's (no second BOS).
+
     def encode(self, text: str) -> list[int]:
-        bos = self.tokenizer.bos_token
-        # a chat template already wrote the BOS token; do not add a second one
-        add = not (bos and text.startswith(bos))
-        return self.tokenizer(text, add_special_tokens=add)["input_ids"]
+        return prompt_ids(self.tokenizer, [text])[0]
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=True
-            )
         # no template (e.g. the tiny model): the contents, in order, as the model was trained
-        return "\n".join(str(m.get("content") or "") for m in messages)
+        return render_chat(self.tokenizer, messages, template=has_chat_template(self.tokenizer))
 
     def generate(self, prompts: Sequence[str], params: GenParams) -> list[Generation]:
-        ids = [self.encode(p) for p in prompts]
+        ids = prompt_ids(self.tokenizer, prompts)
         rows = self._engine(ids, params)
         outs = []
-        for prompt_ids, (tokens, ended) in zip(ids, rows, strict=True):
+        for prompt, (tokens, ended) in zip(ids, rows, strict=True):
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             used = len(tokens) + int(ended)  # the EOS token counts, as with other servers
             finish = "stop" if ended else "length"
             cut = min((i for i in (text.find(s) for s in params.stop) if i >= 0), default=-1)
             if cut >= 0:
                 text, finish = text[:cut], "stop"
-                used = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            outs.append(Generation(text, finish, len(prompt_ids), used))
+                used = len(continuation_ids(self.tokenizer, text))
+            outs.append(Generation(text, finish, len(prompt), used))
         return outs
 
 

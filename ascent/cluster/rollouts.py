@@ -67,6 +67,7 @@ class RolloutReplica:
 
 class RayRolloutEngine:
     exact_logprobs = False  # the replicas' own copies: the trainer checks their numbers
+    takes_adapters = False
 
     def __init__(
         self, cluster: ClusterSection, model: ModelSection, pad_id: int, eos: Sequence[int]

@@ -102,6 +102,11 @@ class RolloutSection(Section):
         0, ge=-1, description="Top-k sampling (0 or -1: off, as in vLLM; -1 is read as 0)."
     )
     max_new_tokens: int = Field(4096, ge=1, description="Longest completion, in tokens.")
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Stop strings: a completion ends at the token that completes one (which "
+        "stays in it, and counts as finished, like EOS); training and evaluation alike.",
+    )
     async_workers: int = Field(
         8, ge=1, description="Requests / episodes in flight at once (API roles, agentic rollouts)."
     )
@@ -310,6 +315,13 @@ class TrainSection(Section):
         description="Completions per optimiser step; unset: batch_size (one step per epoch).",
     )
     micro_batch_size: int = Field(8, ge=1, description="Completions per forward/backward pass.")
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Cut micro-batches by a token budget instead: completions sorted by length, "
+        "as many to a pass as keep rows x (longest prompt + longest response) within it, and at "
+        "most micro_batch_size; unset: micro_batch_size completions each, in their order.",
+    )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Global gradient-norm clip.")
     eval_steps: int = Field(

@@ -3,8 +3,9 @@ tokenizer's chat template, as token ids.
 
 With a chat template (`[data] chat_template`, auto: when the tokenizer has one), the rendered
 prompt is the single user message and the template adds the assistant turn's opening, as TRL
-does for conversational data; its text already holds the special tokens the model expects,
-so it is encoded without adding more.
+does for conversational data. The text and its encoding come from `ascent.models.prompting`,
+the one rule `ascent serve` and agentic threads follow too, so a served policy reads a
+question exactly as it read it in training.
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from ascent.data.problems import Problem, render_prompt
 from ascent.errors import ConfigError
 
+# `ascent.models.prompting` is imported where it is used: the `ascent.models` package loads
+# transformers' model classes (2-3 s on a 2-core machine), which `ascent data` commands that
+# never format a prompt should not wait for.
+
 
 def uses_chat_template(mode: str, tokenizer: PreTrainedTokenizerBase) -> bool:
     """Resolve `[data] chat_template` (auto / on / off) against the tokenizer."""
-    has_one = bool(getattr(tokenizer, "chat_template", None))
+    from ascent.models.prompting import has_chat_template
+
+    has_one = has_chat_template(tokenizer)
     if mode == "on" and not has_one:
+        source = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
         raise ConfigError(
-            '[data] chat_template: "on", but the tokenizer has no chat template; set it to '
+            f'[data] chat_template: "on", but {source} has no chat template; set it to '
             '"auto" or "off", or use a tokenizer with one ([model] tokenizer)'
         )
     return has_one and mode != "off"
@@ -40,13 +48,13 @@ class PromptFormatter:
 
     def text(self, problem: Problem) -> str:
         """The exact text the policy continues (chat-wrapped when `chat`)."""
-        message = self.rendered(problem)
-        if not self.chat:
-            return message
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-        )
+        from ascent.models.prompting import render_chat
+
+        message = {"role": "user", "content": self.rendered(problem)}
+        return render_chat(self.tokenizer, [message], template=self.chat)
 
     def encode(self, problems: list[Problem]) -> list[list[int]]:
-        texts = [self.text(p) for p in problems]
-        return self.tokenizer(texts, add_special_tokens=not self.chat)["input_ids"]
+        """The token ids the policy continues, one list per problem."""
+        from ascent.models.prompting import prompt_ids
+
+        return prompt_ids(self.tokenizer, [self.text(p) for p in problems])

@@ -168,14 +168,15 @@ def local_model_section(
 ) -> tuple[Any, str]:
     """The `[model]` section that loads the local policy (`--checkpoint`, else the run
     directory's model, else `[model]` itself), and the name results record it by."""
-    from ascent.api.local_policy import TOKENIZER_FILES, find_model_dir, run_tokenizer
+    from ascent.api.local_policy import find_model_dir, run_tokenizer
+    from ascent.models.loading import has_tokenizer_files
 
     section = cfg.model.model_copy(update={"ref_model": None})
     name = cfg.model.name_or_path
     target = checkpoint if checkpoint is not None else run_dir
     if target is not None:
         model_dir = find_model_dir(target)
-        own = any((model_dir / name).is_file() for name in TOKENIZER_FILES)
+        own = has_tokenizer_files(model_dir)
         tokenizer = None if own else run_tokenizer(model_dir) or section.tokenizer or name
         section = section.model_copy(
             update={"name_or_path": str(model_dir), "tokenizer": tokenizer}

@@ -35,6 +35,7 @@ from ascent.algos import AdvantageBatch, masked_whiten
 from ascent.config.llm import LLMConfig
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.test_time_scoring import AttemptScorer, Scores, VisibleProblem
+from ascent.models.prompting import prompt_ids
 from ascent.rollout import RolloutBatch
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.formats import CodeFormat
@@ -179,9 +180,9 @@ class PolicyAdapter:
         its chat when the tokenizer has a template in use, else the format's header and cue."""
         if self.chat is not None:
             text = self.chat.start(fmt.messages("solver", code, []))
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        text = fmt.header("solver", code) + fmt.cue("solver", code, after_header=True)
-        return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        else:
+            text = fmt.header("solver", code) + fmt.cue("solver", code, after_header=True)
+        return prompt_ids(self.tokenizer, [text])[0]
 
     def texts(self, batch: RolloutBatch) -> list[str]:
         lengths = batch.response_mask.bool().sum(-1).tolist()

@@ -2,6 +2,7 @@
 tiny model."""
 
 from ascent.models.loading import (
+    add_lora,
     load_critic,
     load_frozen,
     load_policy,
@@ -18,6 +19,7 @@ __all__ = [
     "TINY",
     "TINY_ARITHMETIC",
     "ValueModel",
+    "add_lora",
     "build_char_tokenizer",
     "build_tiny_model",
     "ensure_tiny",

@@ -14,12 +14,20 @@ import torch
 from torch import Tensor, nn
 
 from ascent.algos import entropy_by_rows, entropy_from_logits, logprobs_from_logits
-from ascent.models.interface import call_with_cache, checkpointing, output_cache, prompt_positions
+from ascent.models.fused_head import head_logprobs
+from ascent.models.interface import (
+    base_model,
+    call_with_cache,
+    checkpointing,
+    output_cache,
+    prompt_positions,
+)
 from ascent.rollout.batch import RolloutBatch
 
 
 def _shared_prefix_logits(model: nn.Module, batch: RolloutBatch) -> Tensor | None:
-    """(B, R, V) logits at the response positions, running each distinct prompt once."""
+    """(B, R, V) logits at the response positions, running each distinct prompt once (for a
+    trunk: (B, R, H) hidden states)."""
     b, p = batch.prompt_ids.shape
     r = batch.response_ids.shape[1]
     keyed = torch.cat([batch.prompt_ids, batch.prompt_mask.long()], dim=-1)
@@ -46,7 +54,13 @@ def _shared_prefix_logits(model: nn.Module, batch: RolloutBatch) -> Tensor | Non
         position_ids=start + torch.arange(r, device=start.device),
         use_cache=True,
     )
-    return out.logits
+    return _main_output(out)
+
+
+def _main_output(out: object) -> Tensor:
+    """Logits of a causal LM, values of a ValueModel, hidden states of a trunk."""
+    logits = getattr(out, "logits", None)
+    return logits if logits is not None else out.last_hidden_state
 
 
 def _sharded(model: nn.Module) -> bool:
@@ -62,7 +76,7 @@ def _full_logits(model: nn.Module, batch: RolloutBatch) -> Tensor:
     ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=-1)
     mask = torch.cat([batch.prompt_mask.long(), torch.ones_like(batch.response_ids)], dim=-1)
     out = model(input_ids=ids, attention_mask=mask, position_ids=prompt_positions(mask))
-    return out.logits[:, p - 1 : -1]
+    return _main_output(out)[:, p - 1 : -1]
 
 
 def _response_outputs(model: nn.Module, batch: RolloutBatch) -> Tensor:
@@ -99,6 +113,9 @@ def response_logprobs(
         logprobs (B, R) float32, and entropy (B, R) float32 or None; padding positions hold
         values that the masks exclude.
     """
+    head = _plain_head(model) if entropy != "loss" else None
+    if head is not None:
+        return _fused_logprobs(model, head, batch, temperature, entropy == "metric")
     logits = _response_outputs(model, batch)
     logp = logprobs_from_logits(logits, batch.response_ids, temperature)
     if entropy == "loss":
@@ -106,3 +123,34 @@ def response_logprobs(
     if entropy == "metric":
         return logp, entropy_by_rows(logits, temperature)
     return logp, None
+
+
+FUSED_HEAD_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+
+
+def _plain_head(model: nn.Module) -> nn.Linear | None:
+    """The LM head, when logits are exactly lm_head(trunk(x)) and the trunk can be run on its
+    own (a plain or LoRA-wrapped Llama-family model, unsharded); else None."""
+    inner = base_model(model)
+    head, trunk = getattr(inner, "lm_head", None), getattr(inner, "model", None)
+    if type(head) is not nn.Linear or trunk is None or _sharded(model):
+        return None
+    return head if inner.config.model_type in FUSED_HEAD_TYPES else None
+
+
+def _fused_logprobs(
+    model: nn.Module, head: nn.Linear, batch: RolloutBatch, temperature: float, entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """The trunk's hidden states at the response positions, then the LM head and the
+    log-softmax chunk by chunk over the masked positions only (fused_head.py)."""
+    hidden = _response_outputs(base_model(model).model, batch)
+    picked = batch.response_mask.bool()
+    logp, ent = head_logprobs(
+        hidden[picked], head.weight, head.bias, batch.response_ids[picked], temperature,
+        with_entropy=entropy,
+    )  # fmt: skip
+    out = torch.zeros(picked.shape, dtype=torch.float32, device=hidden.device)
+    logp_full = out.masked_scatter(picked, logp)
+    if not entropy:
+        return logp_full, None
+    return logp_full, out.masked_scatter(picked, ent)

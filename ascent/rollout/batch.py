@@ -6,7 +6,7 @@ prompt share a group id; grouping always goes through `group_ids`, never row pos
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
@@ -87,6 +87,16 @@ class RolloutBatch:
                 f.name: getattr(self, f.name)[:, :width] if f.name in cut else getattr(self, f.name)
                 for f in fields(self)
             }
+        )
+
+    def trim_prompt(self) -> RolloutBatch:
+        """The batch without the left-padding columns that no row's prompt reaches."""
+        used = self.prompt_mask.bool().any(0)
+        if not bool(used.any()) or bool(used[0]):
+            return self
+        first = int(used.long().argmax())
+        return replace(
+            self, prompt_ids=self.prompt_ids[:, first:], prompt_mask=self.prompt_mask[:, first:]
         )
 
     @classmethod

@@ -2,17 +2,22 @@
 
 Both share the engine's contract: `prefill(prompt_ids, prompt_mask, n, max_new_tokens)` runs
 each distinct prompt once and returns next-token logits for its `n` copies; `step(tokens)`
-appends one token per row and returns the next logits.
+appends one token per row and returns the next logits; `keep(rows)` drops the rows that have
+ended, so the rest decode without carrying them (a batch of sampled completions ends
+raggedly: most rows stop long before the longest).
 
 - `StaticLlamaDecoder`, the fast path for Llama-family models (Llama, Qwen2, Mistral, all
-  without a sliding window; LoRA adapters included): a plain function of the model's own
-  weights (read, never copied, so it always decodes with the weights being trained) over a
-  key/value cache preallocated for the whole generation, with no per-step mask building,
-  cache objects or output dataclasses.
+  without a sliding window; LoRA adapters included): a plain function of `PackedLlama`, the
+  model's weights packed for decoding (query, key and value projections in one matrix, gate
+  and up in another, LoRA merged, in the decode dtype), over a key/value cache preallocated
+  for the whole generation, with no per-step mask building, cache objects or output
+  dataclasses.
 - `CacheDecoder`, for any other causal LM: the model's own forward with its dynamic cache.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,13 +37,9 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + _rotate_half(x) * sin
 
 
-def _rms_norm(norm: nn.Module, x: Tensor) -> Tensor:
-    """The Llama RMSNorm (statistics in float32, scale applied in the input dtype)."""
-    if x.dtype == torch.float32:  # the same arithmetic, one fused kernel
-        return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * normed.to(x.dtype)
+def _rms_norm(weight: Tensor, eps: float, x: Tensor) -> Tensor:
+    """The Llama RMSNorm as one fused kernel (statistics in float32 whatever the dtype)."""
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 def _lora_only(model: nn.Module) -> bool:
@@ -48,21 +49,116 @@ def _lora_only(model: nn.Module) -> bool:
     return bool(configs) and all(c.peft_type == "LORA" for c in configs.values())
 
 
+def linear_weight(linear: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """(weight, bias) a linear layer applies, a peft LoRA layer's active adapters merged in
+    (W + scale * B A), so the decoder computes what the layer's forward would."""
+    base = getattr(linear, "base_layer", None)
+    if base is None:
+        return linear.weight, linear.bias
+    weight = base.weight
+    if not getattr(linear, "disable_adapters", False) and not getattr(linear, "merged", False):
+        for name in linear.active_adapters:
+            if name in linear.lora_A:
+                weight = weight + linear.get_delta_weight(name).to(weight.dtype)
+    return weight, base.bias
+
+
+def _cat(parts: list[tuple[Tensor, Tensor | None]], dtype: torch.dtype) -> tuple[Tensor, ...]:
+    weight = torch.cat([w for w, _ in parts]).to(dtype)
+    if all(b is None for _, b in parts):
+        return weight, None
+    bias = [b if b is not None else w.new_zeros(w.shape[0]) for w, b in parts]
+    return weight, torch.cat(bias).to(dtype)
+
+
+@dataclass(frozen=True)
+class PackedLayer:
+    in_norm: Tensor  # (H,)
+    qkv: Tensor  # (heads * d + 2 * kv_heads * d, H): q, k and v projections stacked
+    qkv_bias: Tensor | None
+    out: Tensor  # (H, heads * d)
+    out_bias: Tensor | None
+    post_norm: Tensor  # (H,)
+    gate_up: Tensor  # (2 * I, H): gate and up projections stacked
+    gate_up_bias: Tensor | None
+    down: Tensor  # (H, I)
+    down_bias: Tensor | None
+
+
+@dataclass(frozen=True)
+class PackedLlama:
+    """A Llama-family model's weights as the decoder reads them, in one dtype. Built from
+    the module (a copy: the trainer's float32 master weights may be decoded in bf16), and
+    rebuilt by the engine whenever a parameter has changed since (`weights_key`)."""
+
+    embed: Tensor  # (V, H)
+    layers: list[PackedLayer]
+    norm: Tensor  # (H,)
+    head: Tensor  # (V, H)
+    head_bias: Tensor | None
+    eps: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary: nn.Module  # the model's rotary embedding: (x, positions) -> (cos, sin)
+
+    @staticmethod
+    @torch.no_grad()
+    def from_model(model: nn.Module, dtype: torch.dtype) -> PackedLlama:
+        inner = base_model(model)
+        core, cfg = inner.model, inner.config
+        layers = []
+        for layer in core.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv = _cat([linear_weight(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj)], dtype)
+            out_w, out_b = linear_weight(attn.o_proj)
+            gate_up = _cat([linear_weight(m) for m in (mlp.gate_proj, mlp.up_proj)], dtype)
+            down_w, down_b = linear_weight(mlp.down_proj)
+            layers.append(
+                PackedLayer(
+                    layer.input_layernorm.weight.to(dtype),
+                    *qkv,
+                    out_w.to(dtype),
+                    None if out_b is None else out_b.to(dtype),
+                    layer.post_attention_layernorm.weight.to(dtype),
+                    *gate_up,
+                    down_w.to(dtype),
+                    None if down_b is None else down_b.to(dtype),
+                )
+            )
+        head_w, head_b = linear_weight(inner.lm_head)
+        heads = cfg.num_attention_heads
+        return PackedLlama(
+            embed=core.embed_tokens.weight.to(dtype),
+            layers=layers,
+            norm=core.norm.weight.to(dtype),
+            head=head_w.to(dtype),
+            head_bias=None if head_b is None else head_b.to(dtype),
+            eps=core.norm.variance_epsilon,
+            heads=heads,
+            kv_heads=cfg.num_key_value_heads,
+            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
+            rotary=core.rotary_emb,
+        )
+
+
+def weights_key(model: nn.Module) -> tuple[tuple[int, int], ...]:
+    """Identity and in-place version of every parameter: it changes whenever an optimiser
+    step, a weight sync or a restore writes to one, so a packed copy is never stale."""
+    return tuple((id(p), p._version) for p in model.parameters())
+
+
 class StaticLlamaDecoder:
     """Decode a Llama-family model with a static KV cache and no per-token framework overhead."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self.model = base_model(model)  # under LoRA: the model whose layers carry adapters
-        self.core = self.model.model
-        cfg = model.config
-        self.heads = cfg.num_attention_heads
-        self.kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+    def __init__(self, packed: PackedLlama) -> None:
+        self.w = packed
+        self.dtype = packed.embed.dtype
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
         """A Llama-family model whose every piece this decoder reproduces, plain or with LoRA
-        adapters (they live inside its linear layers, which the decoder calls as modules)."""
+        adapters (merged into the packed weights)."""
         inner = base_model(model)
         if inner is not model and not _lora_only(model):
             return False
@@ -75,52 +171,55 @@ class StaticLlamaDecoder:
         attn = core.layers[0].self_attn
         return not hasattr(attn, "q_norm") and hasattr(core, "rotary_emb")
 
-    def _attention(
-        self, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor
-    ) -> tuple[Tensor, ...]:
-        attn = layer.self_attn
+    def _qkv(self, layer: PackedLayer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
+        """(B, heads, T, d) queries and (B, kv_heads, T, d) keys and values, rotated."""
+        w = self.w
         b, t, _ = x.shape
-        h = _rms_norm(layer.input_layernorm, x)
-        q = attn.q_proj(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = attn.v_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        h = _rms_norm(layer.in_norm, w.eps, x)
+        qkv = F.linear(h, layer.qkv, layer.qkv_bias).view(b, t, -1, w.head_dim).transpose(1, 2)
+        q, k, v = qkv.split([w.heads, w.kv_heads, w.kv_heads], dim=1)
         return _rope(q, cos, sin), _rope(k, cos, sin), v
 
-    def _finish_layer(self, layer: nn.Module, x: Tensor, attn_out: Tensor) -> Tensor:
-        b, t = x.shape[:2]
-        x = x + layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, -1))
-        mlp = layer.mlp
-        h = _rms_norm(layer.post_attention_layernorm, x)
-        return x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+    def _finish_layer(self, layer: PackedLayer, x: Tensor, attn_out: Tensor) -> Tensor:
+        """Output projection, residual, MLP, residual; `attn_out` is (B, T, heads * d)."""
+        x = x + F.linear(attn_out, layer.out, layer.out_bias)
+        h = _rms_norm(layer.post_norm, self.w.eps, x)
+        gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
 
     def _logits(self, x: Tensor) -> Tensor:
-        return self.model.lm_head(_rms_norm(self.core.norm, x))
+        return F.linear(_rms_norm(self.w.norm, self.w.eps, x), self.w.head, self.w.head_bias)
+
+    def _rotary(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin = self.w.rotary(x, positions)
+        return cos.to(x.dtype).unsqueeze(1), sin.to(x.dtype).unsqueeze(1)
 
     def prefill(
         self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, max_new_tokens: int
     ) -> Tensor:
+        w = self.w
         u, p = prompt_ids.shape
         total = p + max_new_tokens
         positions = prompt_positions(prompt_mask)
-        x = self.core.embed_tokens(prompt_ids)
-        cos, sin = (c.unsqueeze(1) for c in self.core.rotary_emb(x, positions))
+        x = F.embedding(prompt_ids, w.embed)
+        cos, sin = self._rotary(x, positions)
         valid = prompt_mask.bool()
         causal = torch.ones(p, p, dtype=torch.bool, device=x.device).tril()
         # A left-pad query attends to itself only, so it stays finite (its output is unused).
         allowed = (causal & valid[:, None, :]) | torch.eye(p, dtype=torch.bool, device=x.device)
         bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)
         bias = bias.masked_fill(~allowed, float("-inf"))[:, None]
-        shape = (u * n, self.kv_heads, total, self.head_dim)
+        shape = (u * n, w.kv_heads, total, w.head_dim)
         self.keys, self.values = [], []
-        gqa = self.heads != self.kv_heads
-        for layer in self.core.layers:
-            q, k, v = self._attention(layer, x, cos, sin)
+        gqa = w.heads != w.kv_heads
+        for layer in w.layers:
+            q, k, v = self._qkv(layer, x, cos, sin)
             self.keys.append(x.new_empty(shape))
             self.values.append(x.new_empty(shape))
             self.keys[-1][:, :, :p] = k.repeat_interleave(n, dim=0)
             self.values[-1][:, :, :p] = v.repeat_interleave(n, dim=0)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
-            x = self._finish_layer(layer, x, out)
+            x = self._finish_layer(layer, x, out.transpose(1, 2).reshape(u, p, -1))
         key_bias = torch.zeros(u * n, 1, 1, total, dtype=x.dtype, device=x.device)
         key_bias[:, 0, 0, :p].masked_fill_(~valid.repeat_interleave(n, dim=0), float("-inf"))
         self.key_bias = key_bias
@@ -129,21 +228,32 @@ class StaticLlamaDecoder:
         return self._logits(x[:, -1]).repeat_interleave(n, dim=0)
 
     def step(self, tokens: Tensor) -> Tensor:
-        x = self.core.embed_tokens(tokens[:, None])
-        cos, sin = (c.unsqueeze(1) for c in self.core.rotary_emb(x, self.next_position))
+        x = F.embedding(tokens[:, None], self.w.embed)
+        cos, sin = self._rotary(x, self.next_position)
         t = self.length
-        bias = self.key_bias[..., : t + 1]
-        gqa = self.heads != self.kv_heads
-        for i, layer in enumerate(self.core.layers):
-            q, k, v = self._attention(layer, x, cos, sin)
+        bias = self.key_bias[..., : t + 1]  # (B, 1, 1, t + 1): the same for every head
+        gqa = self.w.heads != self.w.kv_heads
+        for i, layer in enumerate(self.w.layers):
+            q, k, v = self._qkv(layer, x, cos, sin)
             self.keys[i][:, :, t : t + 1] = k
             self.values[i][:, :, t : t + 1] = v
             keys, values = self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1]
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, enable_gqa=gqa)
-            x = self._finish_layer(layer, x, out)
+            x = self._finish_layer(layer, x, out.transpose(1, 2).reshape(len(x), 1, -1))
         self.length += 1
         self.next_position = self.next_position + 1
         return self._logits(x[:, -1])
+
+    def keep(self, rows: Tensor) -> None:
+        """Go on with these rows only (indices into the current rows)."""
+        t = self.length
+        for cache in (self.keys, self.values):
+            for i, full in enumerate(cache):
+                kept = full.new_empty((len(rows), *full.shape[1:]))
+                kept[:, :, :t] = full[rows, :, :t]
+                cache[i] = kept
+        self.key_bias = self.key_bias[rows]
+        self.next_position = self.next_position[rows]
 
 
 class CacheDecoder:
@@ -180,3 +290,9 @@ class CacheDecoder:
         self.past = output_cache(out)
         self.next_position = self.next_position + 1
         return out.logits[:, -1]
+
+    def keep(self, rows: Tensor) -> None:
+        """Go on with these rows only (indices into the current rows)."""
+        self.past.batch_select_indices(rows)
+        self.mask = self.mask[rows]
+        self.next_position = self.next_position[rows]

@@ -32,6 +32,9 @@ class RolloutEngine(Protocol):
     # True when `RolloutBatch.logprobs` are the trained policy's own log-probs (same weights,
     # same numerics), so the trainer can use them as the old policy's without a forward pass.
     exact_logprobs: bool
+    # True when `sync_weights` takes the LoRA adapters alone (the engine applies them over
+    # its own copy of the base weights); else it takes the full weights, adapters merged.
+    takes_adapters: bool
     version: int  # the policy version of the weights it samples with
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
@@ -66,6 +69,7 @@ class EngineContext:
     device: torch.device
     pad_id: int
     eos_ids: list[int]
+    decode: Callable[[list[int]], str]  # token ids -> text (stop strings)
     own_copy: bool  # sampling must go on while the trainer changes its weights
     work_dir: Path  # where an engine may keep files (the run directory)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ascent.config.llm import RolloutSection
@@ -17,6 +18,7 @@ class SamplingParams:
     top_k: int = 0  # keep the k likeliest tokens (0: off)
     top_p: float = 1.0  # keep the smallest set with this much probability (1.0: off)
     greedy: bool = False  # argmax instead of sampling (evaluation)
+    stop: tuple[str, ...] = ()  # a row ends once its text holds one of these (kept in it)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -28,7 +30,7 @@ class SamplingParams:
 
     @classmethod
     def from_config(cls, cfg: RolloutSection) -> SamplingParams:
-        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
+        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p, stop=tuple(cfg.stop))
 
 
 def draw_seeds(count: int, generator: torch.Generator | None, high: int = 2**31 - 1) -> list[int]:
@@ -68,14 +70,43 @@ def sample_next(
         the token: the log-probability under the policy the trainer optimises, which is the
         untruncated one (top-k / top-p only restrict what is drawn).
     """
-    scaled = logits.float() / params.temperature
-    logp_all = torch.log_softmax(scaled, dim=-1)
+    scaled = logits.float()  # a copy when the logits are not float32 already
+    if params.temperature != 1.0:
+        scaled = scaled / params.temperature
+    top = scaled.amax(-1, keepdim=True)
+    weights = (scaled - top).exp_()  # unnormalised probabilities, the largest 1
+    log_norm = top + weights.sum(-1, keepdim=True).log()  # log-sum-exp of the scaled logits
     if params.greedy:
         tokens = scaled.argmax(-1)
     else:
-        probs = torch.softmax(_truncate(scaled, params.top_k, params.top_p), dim=-1)
-        # The exponential race: argmax p_i / E_i with E_i ~ Exp(1) draws i with probability
-        # p_i (the Gumbel-max trick); one kernel instead of multinomial's much slower sampler.
-        race = torch.empty_like(probs).exponential_(1.0, generator=generator)
-        tokens = (probs / race).argmax(-1)
-    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+        if params.top_k or params.top_p < 1.0:
+            weights = torch.softmax(_truncate(scaled, params.top_k, params.top_p), -1)
+        tokens = inverse_cdf(weights, generator)
+    logp = scaled.gather(-1, tokens[:, None]) - log_norm
+    return tokens, logp.squeeze(-1)
+
+
+BLOCK = 256  # inverse_cdf's block width
+
+
+def inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One draw per row of (B, V) non-negative weights, with probability proportional to
+    them: the first token whose cumulative weight exceeds a uniform draw.
+
+    One random number per row, where the Gumbel or exponential race needs one per vocabulary
+    entry (measured with a 49k vocabulary and 128 rows: 106 ms a step for the race's random
+    numbers alone). The cumulative sum, a slow sequential scan over the whole vocabulary, is
+    taken over blocks of BLOCK tokens, then inside the one block the draw falls in.
+    """
+    b, v = weights.shape
+    pad = (-v) % BLOCK
+    blocks = F.pad(weights, (0, pad)).view(b, -1, BLOCK)
+    block_cdf = blocks.sum(-1).cumsum(-1)  # (B, V / BLOCK)
+    u = torch.rand(b, 1, generator=generator, device=weights.device) * block_cdf[:, -1:]
+    block = torch.searchsorted(block_cdf, u, right=True).clamp_max(block_cdf.shape[1] - 1)
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_min(0)), 0.0)
+    inside = blocks[torch.arange(b, device=weights.device), block.squeeze(-1)].cumsum(-1)
+    # Inside the block, below its total (rounding must not step past its last token).
+    target = (u - before).clamp_min(0.0).minimum(inside[:, -1:] * (1 - 1e-6))
+    offset = torch.searchsorted(inside, target, right=True)
+    return (block * BLOCK + offset).squeeze(-1).clamp_max(v - 1)

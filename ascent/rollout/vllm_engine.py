@@ -104,6 +104,7 @@ def engine_args(
 
 class VLLMEngine:
     exact_logprobs = False  # other kernels: the trainer checks and weights the log-probs
+    takes_adapters = False
 
     def __init__(
         self,
@@ -188,7 +189,9 @@ class VLLMEngine:
                 logprobs=0,
                 seed=seed,
                 stop_token_ids=self.eos_ids,
-                detokenize=False,
+                stop=list(params.stop),
+                include_stop_str_in_output=True,  # as the transformers engine keeps it
+                detokenize=bool(params.stop),  # stop strings are found in the text
             )
             for seed in seeds
         ]
@@ -209,7 +212,7 @@ class VLLMEngine:
             for c in out.outputs:
                 tokens = list(c.token_ids)
                 lps = [float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs, strict=True)]
-                rows.append((i, tokens, lps, bool(tokens) and tokens[-1] in self.eos_ids))
+                rows.append((i, tokens, lps, c.finish_reason == "stop"))  # EOS or a stop string
         batch = completions_to_batch(prompts, group_ids, rows, self.pad_id, version,
                                      self.device)  # fmt: skip
         self.sleep()

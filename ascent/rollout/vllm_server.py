@@ -94,6 +94,7 @@ class ServerProcess:
 
 class VLLMServers:
     exact_logprobs = False
+    takes_adapters = False  # full weights through safetensors on disk
 
     def __init__(
         self,
@@ -216,13 +217,14 @@ class VLLMServers:
                     "temperature": 0.0 if params.greedy else params.temperature,
                     "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1,
                     "stop_token_ids": self.eos_ids, "return_token_ids": True,
+                    "stop": list(params.stop), "include_stop_str_in_output": True,
                     "skip_special_tokens": False,
                 }  # fmt: skip
                 answer = self._post(url, "/v1/completions", body)
                 for choice in sorted(answer["choices"], key=lambda c: c["index"]):
                     tokens = list(choice["token_ids"])
                     lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-                    rows.append((i, tokens, lps, bool(tokens) and tokens[-1] in self.eos_ids))
+                    rows.append((i, tokens, lps, choice["finish_reason"] == "stop"))
         rows.sort(key=lambda r: r[0])  # prompt order; each prompt's n completions in order
         return completions_to_batch(prompts, group_ids, rows, self.pad_id, self.version,
                                     self.device)  # fmt: skip

@@ -60,6 +60,10 @@ def run_training(
         dist = Dist.from_env(cfg.run.device)
     if dist.distributed:
         check_world_size(cfg, dist.world_size)
+    if isinstance(cfg, LLMConfig):  # refused before the run directory is written
+        from ascent.train.llm_preflight import preflight
+
+        preflight(cfg, dist)
     run_dir = create_run_dir(cfg, dist, resume=resume, overwrite=overwrite)
     setup_runtime(cfg.run, dist.world_size)
     if isinstance(cfg, ClassicConfig):

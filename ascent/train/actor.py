@@ -39,9 +39,15 @@ from ascent.models.forward import response_logprobs, response_values
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.parts import AlgorithmParts
-from ascent.train.sharding import full_weights, live_module
+from ascent.train.sharding import adapter_weights, full_weights, live_module
 from ascent.train.train_batch import MetricMeans, TrainBatch
-from ascent.train.updates import accumulate, clip_and_norm, global_scale, mini_batches
+from ascent.train.updates import (
+    accumulate,
+    clip_and_norm,
+    global_scale,
+    mini_batches,
+    per_micro_batch,
+)
 
 
 @dataclass
@@ -107,21 +113,17 @@ class Actor:
             )
 
     def _in_micro_batches(self, rollout: RolloutBatch, fn) -> Tensor:
-        size = self.train.micro_batch_size
-        starts = list(range(0, len(rollout), size))
-        parts = [fn(rollout.select(slice(i, i + size))) for i in starts]
-        for _ in range(self.dist.all_max(len(starts)) - len(starts)):  # meet the other ranks
-            fn(rollout.select(slice(0, 1)))
-        return torch.cat(parts) if parts else rollout.logprobs[:0]
+        return per_micro_batch(rollout, self.train, self.dist, fn)
 
     def live_module(self) -> contextlib.AbstractContextManager[nn.Module]:
         """The policy module with full weights, for decoding in place (see sharding.py)."""
         return live_module(self.model, self.compute())
 
-    def weights(self) -> Iterator[tuple[str, Tensor]]:
+    def weights(self, adapters_only: bool = False) -> Iterator[tuple[str, Tensor]]:
         """The policy's full weights under the plain model's names (LoRA merged, shards
-        gathered), one tensor at a time: what an engine with its own copy loads."""
-        return full_weights(self.model)
+        gathered), one tensor at a time: what an engine with its own copy loads; or, for an
+        engine that applies LoRA itself (`takes_adapters`), the adapters alone."""
+        return adapter_weights(self.model) if adapters_only else full_weights(self.model)
 
     # -- training ----------------------------------------------------------------------------
 
@@ -176,7 +178,7 @@ class Actor:
                     loss, metrics = loss + value, {**metrics, **value_metrics}
             return loss * self.dist.world_size, metrics
 
-        total = accumulate(batch, rows, self.train.micro_batch_size, self.dist, loss_fn, stats.add)
+        total = accumulate(batch, rows, self.train, self.dist, loss_fn, stats.add)
         stats.add({"loss": total})
         if self.head is not None:
             head_params = [p for p in self.head.model.head.parameters() if p.requires_grad]

@@ -176,7 +176,7 @@ class AgenticTrainer:
     def _start(self, version: int) -> None:
         run, cfg = self.run, self.run.cfg
         self.engine = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
-        self.engine.sync_weights(run.actor.weights(), version)
+        self.engine.sync_weights(run.actor.weights(self.engine.takes_adapters), version)
         generator = torch.Generator(device=run.device).manual_seed(cfg.run.seed * 7919 + version)
         self.batcher = PolicyBatcher(
             self.engine,
@@ -217,7 +217,7 @@ class AgenticTrainer:
             metrics["update_skipped"] = 1.0
         self._count_skipped(groups, skipped=rows is None)
         run.version = step
-        self.engine.sync_weights(run.actor.weights(), step)
+        self.engine.sync_weights(run.actor.weights(self.engine.takes_adapters), step)
         self.producer.publish(step)
         t2 = time.perf_counter()
         tokens = rows.rollout.num_tokens if rows is not None else 0

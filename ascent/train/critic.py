@@ -31,7 +31,13 @@ from ascent.models.forward import response_values
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.train_batch import MetricMeans, TrainBatch
-from ascent.train.updates import accumulate, clip_and_norm, global_scale, mini_batches
+from ascent.train.updates import (
+    accumulate,
+    clip_and_norm,
+    global_scale,
+    mini_batches,
+    per_micro_batch,
+)
 
 
 class CriticWorker(Protocol):
@@ -77,13 +83,10 @@ class Critic:
 
     @torch.no_grad()
     def values(self, rollout: RolloutBatch) -> Tensor:
-        micro = self.train.micro_batch_size
-        starts = list(range(0, len(rollout), micro))
         with self._compute():
-            out = [response_values(self.model, rollout.select(slice(i, i + micro))) for i in starts]
-            for _ in range(self.dist.all_max(len(starts)) - len(starts)):
-                response_values(self.model, rollout.select(slice(0, 1)))
-        return torch.cat(out) if out else rollout.logprobs[:0]
+            return per_micro_batch(
+                rollout, self.train, self.dist, lambda part: response_values(self.model, part)
+            )
 
     def update(self, batch: TrainBatch, step: int, *, warmup: bool) -> dict[str, float]:
         """This step's optimiser steps on the value loss (warm-up or not: the critic always
@@ -99,9 +102,7 @@ class Critic:
                     loss, metrics = self._loss(piece, scale)
                 return loss * self.dist.world_size, metrics
 
-            total = accumulate(
-                batch, rows, self.train.micro_batch_size, self.dist, loss_fn, stats.add
-            )
+            total = accumulate(batch, rows, self.train, self.dist, loss_fn, stats.add)
             norm = clip_and_norm(
                 [p for p in self.model.parameters() if p.requires_grad], self.train.max_grad_norm
             )

@@ -8,6 +8,7 @@ reward function judges correctness (a custom reward); the mean reward is always 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ def evaluate(
     problems: list[Problem],
     max_new_tokens: int,
     template: str = "{prompt}",
+    stop: Sequence[str] = (),
     formatter: PromptFormatter | None = None,
     calls: int = 0,
     filler: Problem | None = None,
@@ -62,7 +64,7 @@ def evaluate(
     so that every rank of a sharded policy enters the engine as often as the others.
     """
     formatter = formatter or PromptFormatter(template, tokenizer, chat=False)
-    params = SamplingParams(max_new_tokens, greedy=True)
+    params = SamplingParams(max_new_tokens, greedy=True, stop=tuple(stop))
     prompts = [formatter.rendered(p) for p in problems]
     completions: list[str] = []
     for start in range(0, len(problems), EVAL_CHUNK):
@@ -106,6 +108,7 @@ def eval_policy(run: LLMRun) -> EvalResult:
         run.reward,
         mine,
         run.cfg.rollout.max_new_tokens,
+        stop=run.cfg.rollout.stop,
         formatter=run.formatter,
         calls=dist.all_max((len(mine) + EVAL_CHUNK - 1) // EVAL_CHUNK),
         filler=problems[0],

@@ -119,7 +119,7 @@ def restore_run(run: LLMRun, path: Path) -> Progress:
         _restore_rank_state(run, path, progress.step)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
         raise unfit_checkpoint(path, err) from None
-    run.engine.sync_weights(run.actor.weights(), run.version)
+    run.engine.sync_weights(run.actor.weights(run.engine.takes_adapters), run.version)
     return progress
 
 

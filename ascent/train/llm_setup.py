@@ -52,6 +52,7 @@ from ascent.rollout import ENGINES, EngineContext, RolloutEngine, SamplingParams
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist
+from ascent.train.llm_preflight import check_memory
 from ascent.train.parts import AlgorithmParts, algorithm_parts, with_engine_correction
 from ascent.train.reference import AdapterReference, ModelReference, Reference
 from ascent.train.sharding import shard_model
@@ -160,10 +161,12 @@ def make_engine(
             cfg.cluster, cfg.model, tokenizer.pad_token_id, eos
         )
     else:
-        ctx = _engine_context(cfg, actor, tokenizer.pad_token_id, eos, own_copy)
+        ctx = _engine_context(cfg, actor, tokenizer, eos, own_copy)
         engine = ENGINES.get(cfg.rollout.engine)(ctx)
     try:
-        engine.sync_weights(actor.weights(), 0)  # a no-op for one decoding the actor's module
+        engine.sync_weights(
+            actor.weights(engine.takes_adapters), 0
+        )  # a no-op for one decoding the actor's module
     except BaseException:
         engine.close()  # no server, engine process or actor may outlive a failed start
         raise
@@ -171,14 +174,19 @@ def make_engine(
 
 
 def _engine_context(
-    cfg: LLMConfig, actor: Actor, pad_id: int, eos: list[int], own_copy: bool
+    cfg: LLMConfig,
+    actor: Actor,
+    tokenizer: PreTrainedTokenizerBase,
+    eos: list[int],
+    own_copy: bool,
 ) -> EngineContext:
     return EngineContext(
         cfg=cfg,
         live=actor.live_module,
         compute_dtype=actor.compute_dtype,
         device=actor.dist.device,
-        pad_id=pad_id,
+        pad_id=tokenizer.pad_token_id,
+        decode=tokenizer.decode,
         eos_ids=eos,
         own_copy=own_copy or cfg.rollout.async_,
         work_dir=Path(cfg.run.output_dir) / cfg.run.name,  # the run directory
@@ -246,8 +254,7 @@ def _reference(cfg: LLMConfig, actor: Actor, parts: AlgorithmParts, dist: Dist) 
         return AdapterReference(actor)
     model = load_reference(cfg.model, dist.device, dtype=actor.compute_dtype)
     model = shard_model(model, dist, actor.compute_dtype)
-    micro = cfg.train.micro_batch_size
-    return ModelReference(model, parts.temperature, micro, dist, actor.compute_dtype)
+    return ModelReference(model, parts.temperature, cfg.train, dist, actor.compute_dtype)
 
 
 def _reward(cfg: LLMConfig) -> CompositeReward:
@@ -267,16 +274,17 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
     if isinstance(dist, torch.device):
         dist = Dist.single(dist)
     tokenizer = load_tokenizer(cfg.model)
+    chat = uses_chat_template(cfg.data.chat_template, tokenizer)  # refused before weights load
+    task = load_task(cfg.data, cfg.run.seed)
+    check_memory(cfg, dist, tokenizer, task, chat)  # a run that cannot fit: ditto
     parts = algorithm_parts(cfg)
     actor = _actor(cfg, parts, dist)
-    task = load_task(cfg.data, cfg.run.seed)
     s = cfg.sampling
     replay = None
     if s.replay_ratio:
         replay = PositiveReplay(
             s.replay_buffer_size, s.replay_max_staleness, cfg.run.seed, tokenizer.pad_token_id
         )
-    chat = uses_chat_template(cfg.data.chat_template, tokenizer)
     if cfg.cluster.backend == "ray":
         from ascent.cluster.runtime import check_cluster
 

@@ -242,7 +242,7 @@ def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
         else:
             metrics.update(run.actor.update(batch, step))
             run.version = step
-            run.engine.sync_weights(run.actor.weights(), run.version)
+            run.engine.sync_weights(run.actor.weights(run.engine.takes_adapters), run.version)
     else:  # nothing to learn from on any rank: no update (the schedule does not advance)
         metrics["update_skipped"] = 1.0
     t2 = time.perf_counter()

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.data import Problem
+from ascent.models.prompting import prompt_ids
 
 
 def answer_batch(
@@ -24,7 +25,7 @@ def answer_batch(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(ids, attention mask, labels) of `prompt + answer + EOS`, right-padded; labels are
     -100 on the prompt and on padding, so only the answer (and EOS) is learned."""
-    prompts = tokenizer([p.prompt for p in problems], add_special_tokens=True)["input_ids"]
+    prompts = prompt_ids(tokenizer, [p.prompt for p in problems])
     answers = tokenizer([p.answer for p in problems], add_special_tokens=False)["input_ids"]
     rows = [(q, [*a, tokenizer.eos_token_id]) for q, a in zip(prompts, answers, strict=True)]
     width = max(len(q) + len(a) for q, a in rows)

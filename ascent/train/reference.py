@@ -17,10 +17,12 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from ascent.config.llm import TrainSection
 from ascent.models.forward import response_logprobs
 from ascent.rollout import RolloutBatch
 from ascent.train.actor import Actor
 from ascent.train.distributed import Dist
+from ascent.train.updates import per_micro_batch
 
 
 class Reference(Protocol):
@@ -31,25 +33,28 @@ class Reference(Protocol):
 
 class ModelReference:
     def __init__(
-        self, model: nn.Module, temperature: float, micro: int, dist: Dist, dtype: torch.dtype
+        self,
+        model: nn.Module,
+        temperature: float,
+        train: TrainSection,
+        dist: Dist,
+        dtype: torch.dtype,
     ) -> None:
         self.model = model
         self.temperature = temperature
-        self.micro = micro
+        self.train = train  # how batches are cut into micro-batches
         self.dist = dist
         self.dtype = dtype
 
     @torch.no_grad()
     def logprobs(self, rollout: RolloutBatch) -> Tensor:
-        starts = list(range(0, len(rollout), self.micro))
-        out = []
         with self._compute():
-            for i in starts:
-                part = rollout.select(slice(i, i + self.micro))
-                out.append(response_logprobs(self.model, part, self.temperature)[0])
-            for _ in range(self.dist.all_max(len(starts)) - len(starts)):  # meet other ranks
-                response_logprobs(self.model, rollout.select(slice(0, 1)), self.temperature)
-        return torch.cat(out) if out else rollout.logprobs[:0]
+            return per_micro_batch(
+                rollout,
+                self.train,
+                self.dist,
+                lambda part: response_logprobs(self.model, part, self.temperature)[0],
+            )
 
     def _compute(self) -> contextlib.AbstractContextManager[object]:
         if self.dtype == torch.float32 or self.dist.distributed:

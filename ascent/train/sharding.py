@@ -97,6 +97,15 @@ def full_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     # frequencies, masks), which every engine builds for itself.
 
 
+def adapter_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) of the LoRA adapters alone, under the wrapped model's parameter names:
+    what an engine holding its own copy of the base weights needs after an update (a few MB
+    where the merged weights are the whole model)."""
+    for name, param in base_model(model).named_parameters():
+        if _is_adapter(name):
+            yield name, _full(param.detach())
+
+
 def _full(tensor: Tensor) -> Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 

@@ -50,6 +50,12 @@ class TrainBatch:
         }
         return TrainBatch(rollout=self.rollout.narrow(width), **cut)
 
+    def trimmed(self) -> TrainBatch:
+        """The batch cut to its own longest response (up to its last chosen token) and its
+        longest prompt (left-padding columns no row uses dropped)."""
+        narrowed = self.narrow(self.rollout.response_width)
+        return replace(narrowed, rollout=narrowed.rollout.trim_prompt())
+
     def to_tensors(self) -> dict[str, Tensor]:
         """Every tensor under a flat name (e.g. to save it with safetensors)."""
         out = {f"rollout.{f.name}": getattr(self.rollout, f.name) for f in fields(self.rollout)}

@@ -5,7 +5,8 @@ into the same number of mini-batches, each mini-batch gradient-accumulated over 
         rows in a permutation seeded by (seed, step, epoch, rank)
         cut into batch_size / mini_batch_size mini-batches          -> one optimiser step each
             counts of the whole mini-batch, summed over ranks       -> AggregationScale
-            micro-batches of micro_batch_size rows                  -> forward, backward
+            micro-batches of micro_batch_size rows, or cut by
+            max_tokens_per_micro_batch (rows sorted by length)      -> forward, backward
 
 The number of optimiser steps comes from the config, not from how many rows a step kept, so
 every rank steps (and runs its collectives) the same number of times; a rank with fewer
@@ -28,6 +29,7 @@ from torch import Tensor
 
 from ascent.algos import AggregationScale
 from ascent.config.llm import TrainSection
+from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.train_batch import TrainBatch
 
@@ -53,35 +55,104 @@ def global_scale(mask: Tensor, norm_const: float, dist: Dist) -> AggregationScal
     return AggregationScale(max(tokens, 1.0), max(seqs, 1.0), norm_const)
 
 
-def micro_batches(batch: TrainBatch, rows: Tensor, size: int, dist: Dist) -> Iterator[TrainBatch]:
-    """The micro-batches of `rows`, each cut after its last chosen token, then blank ones
-    until this rank has run as many as the rank with the most."""
-    count = (len(rows) + size - 1) // size
-    for start in range(0, len(rows), size):
-        picked = batch.select(rows[start : start + size])
-        yield picked.narrow(picked.rollout.response_width)
-    for _ in range(dist.all_max(max(count, 1)) - count):
+def row_extents(rollout: RolloutBatch) -> tuple[Tensor, Tensor]:
+    """(B,) prompt tokens and (B,) response columns up to the last chosen token, per row:
+    the positions a forward pass over that row alone would need."""
+    mask = rollout.response_mask.bool()
+    cols = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return rollout.prompt_mask.long().sum(-1), (cols * mask).amax(-1)
+
+
+def micro_batch_rows(rollout: RolloutBatch, rows: Tensor, train: TrainSection) -> list[Tensor]:
+    """How `rows` are cut into micro-batches: `micro_batch_size` rows each in their order, or
+    with `max_tokens_per_micro_batch`, by a token budget: rows sorted by length (so that
+    rows of like length share a micro-batch and little of it is padding), as many to a
+    micro-batch as keep rows x (longest prompt + longest response) within the budget, and at
+    most micro_batch_size. A row longer than the budget goes alone."""
+    size, budget = train.micro_batch_size, train.max_tokens_per_micro_batch
+    if budget is None:
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
+    prompt, response = (x[rows].tolist() for x in row_extents(rollout))
+    order = sorted(range(len(rows)), key=lambda i: (-(prompt[i] + response[i]), i))
+    out: list[list[int]] = []
+    widest_p = widest_r = 0
+    for i in order:
+        p, r = max(widest_p, prompt[i]), max(widest_r, response[i])
+        if out and len(out[-1]) < size and (len(out[-1]) + 1) * (p + r) <= budget:
+            out[-1].append(i)
+            widest_p, widest_r = p, r
+        else:
+            out.append([i])
+            widest_p, widest_r = prompt[i], response[i]
+    return [rows[torch.tensor(sorted(part), device=rows.device)] for part in out]
+
+
+def padding_fraction(pieces: list[RolloutBatch]) -> float:
+    """Share of the positions the forward passes over `pieces` run that are padding."""
+    real = run = 0
+    for piece in pieces:
+        prompt, response = row_extents(piece)
+        real += int(prompt.sum() + response.sum())
+        run += len(piece) * (piece.prompt_ids.shape[1] + piece.response_ids.shape[1])
+    return 1.0 - real / run if run else 0.0
+
+
+def per_micro_batch(
+    rollout: RolloutBatch, train: TrainSection, dist: Dist, fn: Callable[[RolloutBatch], Tensor]
+) -> Tensor:
+    """(B, R) `fn` over the batch's micro-batches (a forward pass without gradients: old,
+    reference or value estimates), each trimmed to its own longest prompt and response and
+    put back in place; padding positions hold 0. Ranks with fewer micro-batches run blank ones
+    to meet the others' collectives."""
+    parts = micro_batch_rows(
+        rollout, torch.arange(len(rollout), device=rollout.finished.device), train
+    )
+    out = torch.zeros(
+        rollout.response_mask.shape, dtype=torch.float32, device=rollout.finished.device
+    )
+    for part in parts:
+        piece = rollout.select(part)
+        piece = piece.narrow(piece.response_width).trim_prompt()
+        out[part, : piece.response_ids.shape[1]] = fn(piece).float()
+    for _ in range(dist.all_max(len(parts)) - len(parts)):
+        fn(rollout.select(slice(0, 1)))
+    return out
+
+
+def micro_batches(
+    batch: TrainBatch, rows: Tensor, train: TrainSection, dist: Dist
+) -> Iterator[TrainBatch]:
+    """The micro-batches of `rows` (`micro_batch_rows`), each cut to its own longest prompt
+    and response, then blank ones until this rank has run as many as the rank with the most."""
+    parts = micro_batch_rows(batch.rollout, rows, train)
+    for part in parts:
+        yield batch.select(part).trimmed()
+    for _ in range(dist.all_max(max(len(parts), 1)) - len(parts)):
         yield batch.blank()
 
 
 def accumulate(
     batch: TrainBatch,
     rows: Tensor,
-    micro: int,
+    train: TrainSection,
     dist: Dist,
     loss_fn: Callable[[TrainBatch], tuple[Tensor, dict[str, Tensor]]],
-    on_metrics: Callable[[dict[str, Tensor], int], None],
+    on_metrics: Callable[[dict[str, Tensor | float], float], None],
 ) -> float:
     """Backward every micro-batch's `loss_fn` (already aggregated with global counts and
-    scaled for the ranks' gradient averaging); return the summed loss."""
+    scaled for the ranks' gradient averaging); return the summed loss. Reports
+    `train/padding_frac`, the share of the positions run that were padding."""
     total = 0.0
-    for piece in micro_batches(batch, rows, micro, dist):
+    pieces = []
+    for piece in micro_batches(batch, rows, train, dist):
         loss, metrics = loss_fn(piece)
         loss.backward()
         total += float(loss.detach())
         tokens = piece.rollout.num_tokens
         if tokens:
             on_metrics(metrics, tokens)
+            pieces.append(piece.rollout)
+    on_metrics({"train/padding_frac": padding_fraction(pieces)}, 1.0)
     return total
 
 

@@ -102,13 +102,13 @@ def results(tmp_path: Path) -> dict:
 
 
 def test_the_hidden_answer_never_reaches_the_updates(sandbox, tmp_path, monkeypatch, spy):
-    run_eval(config(tmp_path / "real"))
+    run_eval(config(tmp_path / "real", "run.seed=1"))  # a seed where an answer is right
     real = (list(spy.fed), list(spy.scored), list(spy.weights_after))
     assert any(u["trained"] for p in results(tmp_path / "real")["problems"]
                for u in p["update_log"])  # fmt: skip
     spy.fed.clear(), spy.scored.clear(), spy.weights_after.clear()
     corrupt_hidden(monkeypatch)
-    run_eval(config(tmp_path / "wrong"))
+    run_eval(config(tmp_path / "wrong", "run.seed=1"))
     fed, scored, weights = spy.fed, spy.scored, spy.weights_after
     # The same rewards on the same tokens, and the same weights after every problem's updates.
     assert [r for r, _, _ in fed] == [r for r, _, _ in real[0]]

@@ -85,7 +85,7 @@ def with_eos_bias(model: torch.nn.Module, bias: float) -> torch.nn.Module:
 
 
 def test_eos_stops_a_row_and_masks_everything_after_it():
-    model = with_eos_bias(small("tiny"), 2.5)  # many rows end early, not all
+    model = with_eos_bias(small("tiny"), 1.0)  # many rows end early (about 2 in 3), not all
     batch = generate(model, PROMPTS["equal"], n=16, max_new_tokens=20)
     ends = batch.response_ids == EOS
     assert batch.finished.any() and not batch.finished.all()
@@ -163,3 +163,66 @@ def test_a_live_engine_only_records_the_version_and_never_reads_the_weights():
     engine.sync_weights(weights(), version=7)
     batch = engine.generate(PROMPTS["equal"], [0, 1, 2], 2, SamplingParams(4, greedy=True))
     assert batch.versions.tolist() == [7] * 6
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_rows_that_end_leave_the_decoder_and_the_rest_keep_exact_logprobs(fast, monkeypatch):
+    """Most rows end early (EOS bias): the decoder drops them as it goes (keep is called),
+    and every row's log-probs still equal a teacher-forced forward over its tokens."""
+    from ascent.rollout import decoders
+
+    kept = []
+    for cls in (decoders.StaticLlamaDecoder, decoders.CacheDecoder):
+        original = cls.keep
+        monkeypatch.setattr(
+            cls, "keep", lambda self, rows, _f=original: kept.append(len(rows)) or _f(self, rows)
+        )
+    model = with_eos_bias(small("tiny"), 1.0)
+    batch = generate(model, PROMPTS["ragged"], fast=fast, n=16, max_new_tokens=30)
+    assert kept and kept == sorted(kept, reverse=True)
+    assert batch.finished.any() and not batch.finished.all()
+    logp, _ = response_logprobs(model, batch)
+    mask = batch.response_mask.bool()
+    assert torch.allclose(logp[mask], batch.logprobs[mask], atol=1e-5)
+    assert batch.response_ids[~mask].eq(PAD).all()
+
+
+def test_long_completions_run_to_max_new_tokens_with_exact_logprobs():
+    """600 new tokens, past any length the tiny task uses, with EOS made unlikely."""
+    model = with_eos_bias(small("tiny"), -20.0)
+    batch = generate(model, PROMPTS["equal"], n=2, max_new_tokens=600)
+    assert batch.response_ids.shape == (6, 600) and not batch.finished.any()
+    logp, _ = response_logprobs(model, batch)
+    assert torch.allclose(logp, batch.logprobs, atol=1e-4)
+
+
+def test_stop_strings_end_a_row_at_the_token_that_completes_them(smollm2_dir, smollm2_tokenizer):
+    """SmolLM2 counting, greedy: each stop string ends its row at the token completing it
+    (kept in the completion, the row finished), also one spanning several tokens."""
+    from transformers import AutoModelForCausalLM
+
+    tok = smollm2_tokenizer
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
+    engine = TransformersEngine(
+        model, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id], decode=tok.decode
+    )
+    prompt = tok("Count from one to ten: 1, 2, 3,")["input_ids"]
+
+    def text(stop):
+        params = SamplingParams(40, greedy=True, stop=stop)
+        batch = engine.generate([prompt], [0], 1, params)
+        ids = batch.response_ids[0][batch.response_mask[0].bool()].tolist()
+        return ids, bool(batch.finished[0])
+
+    free = tok.decode(text(())[0])
+    assert "6, 7" in free  # what the model says without stop strings
+    for stop in ((" 6",), ("6, 7",), ("nothing like this", "5,")):
+        ids, finished = text(stop)
+        out, before_last = tok.decode(ids), tok.decode(ids[:-1])
+        assert finished and free.startswith(out)  # the same greedy text, cut short
+        assert any(s in out for s in stop), (stop, out)
+        assert not any(s in before_last for s in stop)  # cut at the completing token
+    with pytest.raises(ValueError, match="decode"):
+        TransformersEngine(model, pad_id=0, eos_ids=[2]).generate(
+            [prompt], [0], 1, SamplingParams(4, stop=("x",))
+        )

@@ -52,3 +52,19 @@ def test_invalid_sampling_params_are_refused():
     for bad in ({"temperature": 0.0}, {"top_p": 0.0}, {"top_k": -1}, {"max_new_tokens": 0}):
         with pytest.raises(ValueError):
             SamplingParams(**{"max_new_tokens": 4, **bad})
+
+
+def test_draws_over_a_large_vocabulary_follow_the_probabilities_and_skip_zero_weights():
+    """Vocabularies span several of the sampler's blocks (and end mid-block): frequencies
+    still match softmax, and a token truncated away (or of probability 0) is never drawn."""
+    torch.manual_seed(0)
+    v = 3 * 256 + 77
+    logits = torch.full((1, v), -30.0)
+    chosen = torch.tensor([3, 255, 256, 600, v - 1])  # block edges and the last token
+    logits[0, chosen] = torch.tensor([0.0, 1.0, 0.5, -0.5, 2.0])
+    freq = draw(SamplingParams(1), n=20000, logits=logits)
+    expected = torch.softmax(logits[0], -1)
+    assert torch.allclose(freq[chosen], expected[chosen], atol=0.015)
+    assert freq.sum() == pytest.approx(1.0)
+    top2 = draw(SamplingParams(1, top_k=2), n=4000, logits=logits)
+    assert set(top2.nonzero().flatten().tolist()) == {255, v - 1}

@@ -192,7 +192,7 @@ def test_a_server_that_restarts_gets_the_weights_again_and_a_dead_one_is_one_lin
         {"rollout": {"engine": "vllm", "vllm": {"mode": "server", "startup_timeout_sec": 120}}}
     )
     ctx = EngineContext(cfg, None, torch.float32, torch.device("cpu"), tok.pad_token_id,
-                        [tok.eos_token_id], False, tmp_path)  # fmt: skip
+                        [tok.eos_token_id], tok.decode, False, tmp_path)  # fmt: skip
     servers = VLLMServers.from_config(ctx, str(path))
     try:
         trained = type(model)(model.config)

@@ -193,6 +193,15 @@ def test_update_does_not_depend_on_the_micro_batch_split(tmp_path, agg):
     assert_same_gradient(whole, split)
 
 
+@pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean"])
+def test_update_does_not_depend_on_a_token_budget_cut(tmp_path, agg):
+    whole = one_gradient(config(tmp_path, f'algorithm.loss_agg="{agg}"'))
+    budget = one_gradient(
+        config(tmp_path, f'algorithm.loss_agg="{agg}"', "train.max_tokens_per_micro_batch=40")
+    )
+    assert_same_gradient(whole, budget)
+
+
 def test_skipping_zero_advantage_completions_gives_the_same_update(tmp_path):
     cfg = config(tmp_path, "train.batch_size=32", "train.micro_batch_size=8")
     run = build_run(cfg, torch.device("cpu"))

@@ -119,7 +119,7 @@ def test_each_batch_holds_replay_ratio_of_replayed_rows(tmp_path, monkeypatch):
     seen: list = []
     original = run.actor.update
     run.actor.update = lambda b, s, **k: seen.append(b) or original(b, s, **k)
-    for step in range(1, 5):
+    for step in range(1, 7):
         buffered = len(run.replay.items)
         metrics, _ = rl_step(run, step)
         batch = seen[-1]

@@ -61,3 +61,31 @@ def test_the_weight_stream_is_the_plain_model_with_the_adapters_merged(lora_run)
         plain = response_logprobs(base, rollout, run.parts.temperature)[0]
     mask = rollout.response_mask.bool()
     assert torch.allclose(plain[mask], run.actor.logprobs(rollout)[mask], atol=1e-5)
+
+
+def test_an_engine_with_its_own_lora_copy_is_synced_with_the_adapters_alone(lora_run):
+    """An own-copy engine (async rollouts) of a LoRA run holds the base weights once and
+    takes only the adapters after each update, then samples what the actor's module would."""
+    from ascent.rollout import SamplingParams
+    from ascent.train.llm_setup import make_engine
+
+    run, _ = lora_run
+    own = make_engine(run.cfg, run.actor, run.tokenizer, own_copy=True)
+    assert own.takes_adapters and not run.engine.takes_adapters
+    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    run.actor.update(batch, step=1)
+    sent = dict(run.actor.weights(own.takes_adapters))
+    assert sent and all(".lora_" in name for name in sent)
+    sent_bytes = sum(t.numel() * t.element_size() for t in sent.values())
+    full_bytes = sum(t.numel() * t.element_size() for _, t in run.actor.weights())
+    assert sent_bytes < full_bytes / 5
+    prompts = [run.tokenizer(p)["input_ids"] for p in ("12+34=", "9+9=")]
+    params = SamplingParams(6, greedy=True)
+    stale = own.generate(prompts, [0, 1], 1, params)  # still the initial adapters
+    own.sync_weights(sent.items(), version=1)
+    run.engine.sync_weights(run.actor.weights(), version=1)
+    a = own.generate(prompts, [0, 1], 1, params)
+    b = run.engine.generate(prompts, [0, 1], 1, params)
+    assert not torch.allclose(stale.logprobs, b.logprobs, atol=1e-3)
+    assert torch.equal(a.response_ids, b.response_ids) and a.versions.tolist() == [1, 1]
+    assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)

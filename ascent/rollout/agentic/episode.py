@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.data import Problem
+from ascent.models.prompting import continuation_ids, prompt_ids
 from ascent.rewards.judge import StdioTest
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.formats import CodeFormat
@@ -76,8 +77,10 @@ class EpisodeRunner:
         self.policy = policy
         self.api = api
 
-    def encode(self, text: str, special: bool = False) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=special)["input_ids"] if text else []
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text inside a thread or transcript (no special tokens added); with a
+        stand-in tokenizer (`CharEstimate`, no policy loaded) only their number means much."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
     async def run(self, problem: Problem, uid: int) -> Episode:
         ep = Episode(problem, self.fmt.code_problem(problem), uid)
@@ -223,7 +226,7 @@ class EpisodeRunner:
         if thread is None:
             thread, ids = self._open_thread(ep, role, new), []
         else:
-            ids = self.encode(self._observation(ep, thread, new))
+            ids = continuation_ids(self.tokenizer, self._observation(ep, thread, new))
         if len(thread.context) + len(ids) + self.s.max_new_tokens > self.s.context_window:
             return None
         thread.observe(ids)
@@ -239,13 +242,13 @@ class EpisodeRunner:
         """A new thread whose prompt is the role's first context (with what it sees so far)."""
         if self.chat is not None:
             messages = self.fmt.messages(role, ep.code, events)
-            thread = PolicyThread(role, self.encode(self.chat.start(messages)))
+            thread = PolicyThread(role, prompt_ids(self.tokenizer, [self.chat.start(messages)])[0])
             thread.messages = messages
         else:
             text = self.fmt.header(role, ep.code)
             text += "".join(self.fmt.render(e, ep.code) for e in events)
             text += self.fmt.cue(role, ep.code, after_header=not events)
-            thread = PolicyThread(role, self.encode(text, special=True))
+            thread = PolicyThread(role, prompt_ids(self.tokenizer, [text])[0])
         ep.threads.append(thread)
         ep.open_threads[role] = thread
         return thread
