@@ -271,6 +271,7 @@ def vllm_generate(args: argparse.Namespace, prompts: list[list[int]], n: int, ne
         model=args.model, dtype=args.dtype, seed=0, enforce_eager=True,
         distributed_executor_backend="uni", max_model_len=longest + 16,
         kv_cache_memory_bytes=kv_bytes, max_num_seqs=max(256, len(prompts) * n),
+        enable_chunked_prefill=False,  # as ascent's engine: seeded CPU requests need it
     )  # fmt: skip
     inputs = [{"prompt_token_ids": p} for p in prompts]
     llm.generate(inputs[:1], VllmParams(n=2, max_tokens=4, seed=1), use_tqdm=False)

@@ -88,8 +88,8 @@ class PackedLayer:
 @dataclass(frozen=True)
 class PackedLlama:
     """A Llama-family model's weights as the decoder reads them, in one dtype. Built from
-    the module (a copy: the trainer's float32 master weights may be decoded in bf16), and
-    rebuilt by the engine whenever a parameter has changed since (`weights_key`)."""
+    the module for each generate call (a copy: the trainer's float32 master weights may be
+    decoded in bf16, and LoRA deltas are merged in), so it always holds the current weights."""
 
     embed: Tensor  # (V, H)
     layers: list[PackedLayer]
@@ -140,12 +140,6 @@ class PackedLlama:
             head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
             rotary=core.rotary_emb,
         )
-
-
-def weights_key(model: nn.Module) -> tuple[tuple[int, int], ...]:
-    """Identity and in-place version of every parameter: it changes whenever an optimiser
-    step, a weight sync or a restore writes to one, so a packed copy is never stale."""
-    return tuple((id(p), p._version) for p in model.parameters())
 
 
 class StaticLlamaDecoder:

@@ -3,9 +3,10 @@
 An engine samples completions (`generate`) with the weights of one policy version, and is
 brought to a newer version by `sync_weights(weights, version)`, where `weights` is an
 iterable of (name, tensor) under the plain model's parameter names (the actor's
-`weights()`: LoRA merged, shards gathered). The iterable is lazy: an engine that decodes
-the trainer's own module in place (the transformers engine's fast path on one device) only
-records the version and never consumes it, so no copy is made. Every row an engine returns
+`weights()`: LoRA merged, shards gathered; or the LoRA adapters alone for an engine that
+`takes_adapters`). The iterable is lazy: an engine that decodes the trainer's own module in
+place (the transformers engine's fast path on one device) only records the version and never
+consumes it (its decoder packs the module's weights itself). Every row an engine returns
 carries the version that sampled it (`RolloutBatch.versions`).
 """
 

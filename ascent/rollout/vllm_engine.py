@@ -95,7 +95,11 @@ def engine_args(
         "max_model_len": max_model_len,
     }
     if device.type == "cpu":
-        args |= {"enforce_eager": True, "kv_cache_memory_bytes": kv_cache_mib << 20}
+        # Whole prefills only: vLLM rewinds a seeded request's generator after a partial
+        # (chunked) prefill, which CPU generators refuse ("CPU Generator does not use
+        # offset"); with 128 rows of 80-token prompts every batch was chunked.
+        args |= {"enforce_eager": True, "kv_cache_memory_bytes": kv_cache_mib << 20,
+                 "enable_chunked_prefill": False}  # fmt: skip
     else:
         args |= {"gpu_memory_utilization": gpu_memory_utilization,
                  "enable_sleep_mode": sleep_mode}  # fmt: skip

@@ -42,6 +42,7 @@ from ascent.rollout.sampling import SamplingParams, draw_seeds
 from ascent.rollout.vllm_engine import completions_to_batch, engine_args
 
 MODEL_NAME = "policy"  # the name ascent's servers serve the model under
+NEGATABLE = {"enable_chunked_prefill"}  # engine arguments whose False is a --no-... flag
 
 
 def _free_port() -> int:
@@ -64,6 +65,8 @@ class ServerProcess:
             flag = "--" + key.replace("_", "-")
             if value is True:
                 cmd.append(flag)
+            elif value is False and key in NEGATABLE:
+                cmd.append("--no-" + flag[2:])
             elif value is not False:
                 cmd += [flag, str(value)]
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_LOGGING_LEVEL="WARNING")

@@ -21,7 +21,7 @@ from ascent.config import load_config
 from ascent.errors import AscentError, ConfigError
 from ascent.models import build_tiny_model
 from ascent.models.forward import response_logprobs
-from ascent.rollout import SamplingParams, VLLMEngine
+from ascent.rollout import SamplingParams, TransformersEngine, VLLMEngine
 from ascent.train.sharding import full_weights
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -89,6 +89,37 @@ def test_n_completions_per_prompt_stop_at_eos_and_carry_their_version(engine, ti
     assert batch.versions.tolist() == [engine.version] * 12
     again = engine.generate(ids(tok), [7, 8, 9], 4, params, torch.Generator().manual_seed(0))
     assert torch.equal(again.response_ids, batch.response_ids)  # seeded: repeatable
+
+
+def test_a_batch_larger_than_one_prefill_step_samples_seeded_and_repeatable(engine, tiny):
+    """128 prompts x 8 completions are more prompt tokens than vLLM prefills in one step;
+    seeded requests then broke on a CPU ("CPU Generator does not use offset") while prefills
+    were chunked."""
+    _, tok, _ = tiny
+    prompts = [tok(f"{a:02d}+{b:02d}=")["input_ids"] for a in range(16) for b in range(8)]
+    params = SamplingParams(4, temperature=1.0)
+    batch = engine.generate(prompts, list(range(128)), 8, params, torch.Generator().manual_seed(2))
+    again = engine.generate(prompts, list(range(128)), 8, params, torch.Generator().manual_seed(2))
+    assert batch.response_ids.shape[0] == 1024
+    assert torch.equal(batch.response_ids, again.response_ids)
+
+
+def test_stop_strings_end_a_completion_where_the_transformers_engine_ends_it(engine, tiny):
+    """Greedy, the same weights: both engines stop at the token that completes the string,
+    which stays in the completion, and call the row finished."""
+    model, tok, _ = tiny
+    ours = TransformersEngine(model, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id],
+                              decode=tok.decode)  # fmt: skip
+    free = ours.generate(ids(tok), [0, 1, 2], 1, SamplingParams(10, greedy=True))
+    texts = [
+        tok.decode(r[m.bool()]) for r, m in zip(free.response_ids, free.response_mask, strict=True)
+    ]
+    stop = next(t[1:3] for t in texts if len(t) >= 4)  # two characters the policy writes
+    params = SamplingParams(10, greedy=True, stop=(stop,))
+    a = ours.generate(ids(tok), [0, 1, 2], 1, params)
+    b = engine.generate(ids(tok), [0, 1, 2], 1, params)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.finished, b.finished)
+    assert bool(a.finished.any())
 
 
 def test_log_probs_match_a_transformers_forward_at_the_temperature(engine, tiny):
