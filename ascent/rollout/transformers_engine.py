@@ -212,8 +212,8 @@ class TransformersEngine:
             if steps == width or not bool(alive.any()):
                 break
             dead = len(alive) - int(alive.sum())
-            if 4 * dead >= len(alive):
-                keep = _compacted(alive)
+            keep = _compacted(alive) if 4 * dead >= len(alive) else None
+            if keep is not None and len(keep) < len(alive):  # (rounding up may keep them all)
                 decoder.keep(keep)
                 rows, alive, token = rows[keep], alive[keep], token[keep]
             logits = decoder.step(token)
