@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 from ascent.models.tokenizer import build_char_tokenizer
 
@@ -72,8 +73,16 @@ def ensure_tiny(directory: Path | None = None) -> Path:
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model, tokenizer = build_tiny_model()
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    # transformers draws a progress bar for each save; for a 4 MB model it is only noise on
+    # stderr, in front of whatever the command prints (a one-line refusal included)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     try:
         os.replace(tmp, target)
     except OSError:  # another process won the race; its copy is identical

@@ -85,15 +85,21 @@ def test_a_run_that_cannot_fit_is_refused_with_the_estimate_before_weights_load(
         "train.micro_batch_size=8",
         "rollout.max_new_tokens=1000000",
     )
-    need, available, logits = (
+    need, available, activations, logits = (
         mib(line, r"needs about ([\d,]+) MiB"),
         mib(line, r"has ([\d,]+) MiB available"),
+        mib(line, r"activations ([\d,]+)"),
         mib(line, r"logits ([\d,]+)"),
     )
     assert need > available > 0
-    # 8 rows x (prompt + 1,000,000) tokens x 49,152 logits x 4 bytes, three copies:
-    # 4,500,000 MiB for the completion's tokens, a few more for the prompt's
-    assert 4_500_000 < logits < 4_510_000
+    # SmolLM2 (hidden 576, 9 heads of 64, intermediate 1,536, 30 layers), float32: a Llama
+    # layer keeps 6 x 576 + 5 x 576 + 4 x 1,536 = 12,480 values a token, 30 layers plus 4
+    # hidden vectors 376,704 values = 1,506,816 bytes; 8 rows x (prompt + 1,000,000) tokens:
+    # 11,496,094 MiB for the completions' tokens, a few more for the prompts'
+    assert 11_496_094 < activations < 11_510_000
+    # the fused LM head holds one chunk of 2^25 float32 logits and its softmax: 256 MiB,
+    # however long the rows (the full logits would be millions of MiB)
+    assert logits == 256
     assert "[train] micro_batch_size" in line and "[rollout] max_new_tokens" in line
     assert "[model] gradient_checkpointing" in line
     assert no_weights_load == []
