@@ -37,6 +37,8 @@ def resolve_data_path(spec: str) -> Path:
     """`spec` as a path: a bundled name when it starts with `ascent:`, else as written."""
     if spec.startswith(PREFIX):
         return bundled_path(spec)
+    if "\0" in spec:  # no file system takes it (`~\0` would reach the user database)
+        raise AscentError(f"{spec!r}: a path cannot contain a NUL character; write the path out")
     try:
         return Path(spec).expanduser()
     except RuntimeError:  # ~name of a user this machine does not have

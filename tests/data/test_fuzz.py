@@ -271,3 +271,9 @@ def test_data_path_too_long_for_the_file_system_is_a_one_line_error(tmp_path):
     path = tmp_path / ("a" * 300 + ".jsonl")
     message = load_error(lambda: load_problems(path, "auto", "train", ColumnsSection()))
     assert message == f"{path}: cannot use this path (File name too long); check [data] path"
+
+
+def test_a_home_path_with_a_nul_character_is_a_one_line_error():
+    # The fuzzer's '~\x00': expanduser looked the user up and raised ValueError.
+    message = load_error(lambda: load_problems("~\x00", "auto", "train", ColumnsSection()))
+    assert "NUL character" in message
