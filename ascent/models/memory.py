@@ -12,7 +12,8 @@ what one process holds at its peak:
   policy serves as one), a separate critic's trained state;
 - the rollout engine's packed copy of the weights in the compute dtype (two with async
   rollouts, which keep a model of their own) and its KV cache: every row of this rank's batch
-  x (prompt + max_new_tokens) x 2 (K, V) x layers x kv_heads x head_dim;
+  x (prompt + max_new_tokens) x 2 (K, V) x layers x kv_heads x head_dim (an upper bound
+  for ascent's own engine, which holds each prompt's part once for its group);
 - for one micro-batch (micro_batch_size rows x (prompt + max_new_tokens) tokens): the
   activations autograd saves (per token and layer, for a Llama block: 6 hidden-size vectors
   around the two RMSNorms and residuals, 5 query-size ones for attention with K/V expanded to
