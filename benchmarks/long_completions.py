@@ -16,6 +16,7 @@ of up to --new-tokens (default 512) new tokens.
    longest completions, without and with it, each in a child process of its own.
 
     .venv/bin/python benchmarks/long_completions.py [--new-tokens 512] [--threads 2]
+        [--skip-micro-batches]
 
 Last line: one JSON object.
 """
@@ -31,7 +32,7 @@ import time
 import torch
 
 CHILD = """
-import json, resource, sys, torch
+import json, sys, torch
 torch.set_num_threads(int(sys.argv[3])); torch.set_flush_denormal(True)
 from ascent.config.llm import ModelSection
 from ascent.models import load_policy
@@ -43,7 +44,9 @@ policy = load_policy(ModelSection(name_or_path="ascent:smollm2-135m",
 with torch.autocast("cpu", dtype=torch.bfloat16):
     logp, _ = response_logprobs(policy, batch)
 (logp * batch.response_mask).sum().backward()
-print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM, not ru_maxrss: the latter carries over exec from the parent, whose peak is higher
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+print(json.dumps({"peak_rss_mb": int(hwm) / 1024}))
 """
 
 
@@ -51,6 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--skip-micro-batches", action="store_true", help="leave out part 2 (about 5 minutes)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -105,13 +111,17 @@ def main() -> None:
     rows = torch.arange(len(batch))
     widest = batch.prompt_ids.shape[1] + batch.response_width
     for name, train in (
-        ("micro_batch_size_16", TrainSection(micro_batch_size=16, batch_size=128)),
-        (
-            "token_budget",
-            TrainSection(
-                micro_batch_size=128, batch_size=128, max_tokens_per_micro_batch=16 * widest
+        ()
+        if args.skip_micro_batches
+        else (
+            ("micro_batch_size_16", TrainSection(micro_batch_size=16, batch_size=128)),
+            (
+                "token_budget",
+                TrainSection(
+                    micro_batch_size=128, batch_size=128, max_tokens_per_micro_batch=16 * widest
+                ),
             ),
-        ),
+        )
     ):
         parts = micro_batch_rows(batch, rows, train)
         pieces = [
