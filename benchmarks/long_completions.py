@@ -28,11 +28,15 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, sys, torch
+sys.path.insert(0, sys.argv[4])  # the repository, for benchmarks.real_model
+from benchmarks.real_model import peak_rss_mb  # VmHWM: ru_maxrss carries the parent's peak
 torch.set_num_threads(int(sys.argv[3])); torch.set_flush_denormal(True)
 from ascent.config.llm import ModelSection
 from ascent.models import load_policy
@@ -44,9 +48,7 @@ policy = load_policy(ModelSection(name_or_path="ascent:smollm2-135m",
 with torch.autocast("cpu", dtype=torch.bfloat16):
     logp, _ = response_logprobs(policy, batch)
 (logp * batch.response_mask).sum().backward()
-# VmHWM, not ru_maxrss: the latter carries over exec from the parent, whose peak is higher
-hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
-print(json.dumps({"peak_rss_mb": int(hwm) / 1024}))
+print(json.dumps({"peak_rss_mb": peak_rss_mb()}))
 """
 
 
@@ -152,7 +154,7 @@ def main() -> None:
         torch.save(TrainBatch(picked, adv, None, None).to_tensors(), path)
         for ckpt in ("0", "1"):
             done = subprocess.run(
-                [sys.executable, "-c", CHILD, path, ckpt, str(args.threads)],
+                [sys.executable, "-c", CHILD, path, ckpt, str(args.threads), str(ROOT)],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             rss = json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"]
