@@ -17,6 +17,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from ascent.config.llm import CriticSection, LoraSection, ModelSection
 from ascent.errors import AscentError, UnknownNameError, did_you_mean
 from ascent.models.builtin import BUILTIN_MODELS, BUILTIN_PREFIX
+from ascent.models.lean import lean_activations
 from ascent.models.value import ValueModel, separate_critic, value_head
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -150,8 +151,10 @@ def _load_hint(what: str, source: str, err: Exception) -> str:
 
 def load_policy(cfg: ModelSection, device: torch.device) -> PreTrainedModel:
     """The policy to train: float32 weights from `name_or_path` (the master copy; the forward
-    runs in the compute dtype), in train mode without dropout, with optional LoRA."""
+    runs in the compute dtype), in train mode without dropout, with optional LoRA; a Llama
+    block's MLP and norms keep less for the backward (lean.py)."""
     model = _from_pretrained(resolve_model_path(cfg.name_or_path), cfg, device, torch.float32)
+    lean_activations(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora.enabled:
@@ -195,6 +198,7 @@ def load_critic(
         return value_head(policy)
     source = resolve_model_path(cfg.name_or_path or model_cfg.name_or_path)
     critic = separate_critic(_from_pretrained(source, model_cfg, device, torch.float32))
+    lean_activations(critic)
     if model_cfg.gradient_checkpointing:
         critic.trunk.gradient_checkpointing_enable()
     return critic

@@ -15,9 +15,11 @@ what one process holds at its peak:
   x (prompt + max_new_tokens) x 2 (K, V) x layers x kv_heads x head_dim (an upper bound
   for ascent's own engine, which holds each prompt's part once for its group);
 - for one micro-batch (micro_batch_size rows x (prompt + max_new_tokens) tokens): the
-  activations autograd saves (per token and layer, for a Llama block: 6 hidden-size vectors
-  around the two RMSNorms and residuals, 5 query-size ones for attention with K/V expanded to
-  every head, 4 intermediate-size ones for the gated MLP; with gradient checkpointing each
+  activations autograd saves (per token and layer, for transformers' Llama block: 6
+  hidden-size vectors around the two RMSNorms and residuals, 5 query-size ones for attention
+  with K/V expanded to every head, 4 intermediate-size ones for the gated MLP; for the lean
+  block the trainer runs (lean.py) the norms' float32 inputs, the norm output, q and K/V
+  twice for attention, the MLP's input, gate and up; with gradient checkpointing each
   layer's input plus one layer's recomputation), and the logits, B x T x vocab in float32,
   LOGIT_COPIES times (the logits, the log-softmax's gradient and the gradient of the full
   logits live together during the backward): with gradient checkpointing they dominate for a
@@ -33,13 +35,17 @@ Attention is assumed to be memory-efficient (SDPA / flash: no T x T matrix is ke
 with transformers' default; an eager attention would add B x heads x T^2 per layer.
 
 Checked against measurements (scripts/measure_train_memory.py: SmolLM2-135M, float32 on a
-CPU, 8 rows, the peak RSS over two forward + backward + AdamW steps, the second being the
-first with Adam's moments in place):
+CPU, 8 rows, lean layers and the fused head as the trainer runs them, the peak RSS over two
+forward + backward + AdamW steps, the second being the first with Adam's moments in place):
 
-    tokens a row   checkpointing   measured    estimated
-    64             no              3,682-3,756  4,009 MiB   (+7 to +9%)
-    256            no              7,061        7,081 MiB   (+0.3%)
-    256            yes             4,923        4,388 MiB   (-11%)
+    tokens a row   checkpointing   measured     estimated
+    64             no              3,569        3,587 MiB   (+0.5%)
+    256            no              5,578        4,880 MiB   (-12.5%)
+    256            yes             3,855        3,449 MiB   (-10.5%)
+
+The shortfall at 256 tokens is memory the C allocator keeps after tensors are freed (the
+activations themselves measure as estimated with saved-tensor hooks), which grows with the
+size and number of a step's temporaries; it is not modelled.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ RUNTIME_MIB = 420  # RSS of a process that has imported torch and transformers (
 ADAM_BYTES = 20
 LOGIT_COPIES = 3  # B x T x vocab float32 tensors alive at once in the backward (see above)
 LLAMA_LIKE = ("llama", "mistral", "qwen2")  # decoder blocks parameter_count counts exactly
+MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")  # LoRA on one: transformers' MLP
 # Linear layers of a Llama block: name -> (input size, output size) of one, as a function of
 # (hidden, query size, key/value size, intermediate); for LoRA adapter sizes.
 _LINEARS = {
@@ -171,6 +178,7 @@ class RunShape:
     world_size: int = 1  # ranks the trained state is sharded over
     max_micro_tokens: int | None = None  # [train] max_tokens_per_micro_batch
     fused_head: bool = False  # log-probs from hidden states chunk by chunk (fused_head.py)
+    lean_layers: bool = False  # a Llama block's MLP and norms keep less (lean.py)
 
 
 @dataclass(frozen=True)
@@ -209,14 +217,31 @@ class MemoryEstimate:
         return ", ".join(f"{name} {mib:,.0f}" for name, mib in parts if mib >= 0.5)
 
 
-def activation_bytes_per_token(d: Dims, compute_bytes: int, checkpointing: bool) -> float:
-    """Bytes autograd keeps per token of a micro-batch for the backward (see the module
-    docstring): per layer 6 hidden + 5 query + 4 intermediate vectors, or with gradient
-    checkpointing each layer's input plus one layer recomputed; the embedding output and the
-    final norm's 3 hidden vectors besides."""
-    layer = 6 * d.hidden + 5 * d.q + 4 * d.intermediate
-    kept = d.layers * d.hidden + layer if checkpointing else d.layers * layer
-    return (kept + 4 * d.hidden) * compute_bytes
+def layer_bytes_per_token(d: Dims, compute_bytes: int, lean: bool, lean_mlp: bool) -> float:
+    """Bytes one layer keeps per token. transformers' own Llama block (see the module
+    docstring): 6 hidden + 5 query + 4 intermediate vectors in the compute dtype. With the
+    lean MLP and norms (lean.py, measured within 1% on SmolLM2 in float32 and bf16): each
+    norm's float32 input; for attention, the norm's output (under autocast a copy for each
+    of q, k, v), q and k/v twice; for the MLP its input, gate and up (transformers' MLP,
+    where LoRA wraps its projections: two input copies and four intermediate vectors)."""
+    if not lean:
+        return (6 * d.hidden + 5 * d.q + 4 * d.intermediate) * compute_bytes
+    norm_outputs = (3 if compute_bytes < 4 else 1) * d.hidden
+    attention = norm_outputs + 2 * d.q + 2 * d.kv
+    mlp = d.hidden + 2 * d.intermediate if lean_mlp else 2 * d.hidden + 4 * d.intermediate
+    return 2 * d.hidden * 4 + (attention + mlp) * compute_bytes
+
+
+def activation_bytes_per_token(
+    d: Dims, compute_bytes: int, checkpointing: bool, lean: bool = False, lean_mlp: bool = True
+) -> float:
+    """Bytes autograd keeps per token of a micro-batch for the backward: every layer's, or
+    with gradient checkpointing each layer's input plus one layer recomputed; the embedding
+    output and the final norm's 3 hidden vectors besides."""
+    layer = layer_bytes_per_token(d, compute_bytes, lean, lean_mlp)
+    inputs = d.layers * d.hidden * compute_bytes
+    kept = inputs + layer if checkpointing else d.layers * layer
+    return kept + 4 * d.hidden * compute_bytes
 
 
 def estimate_memory(config: Any, shape: RunShape) -> MemoryEstimate:
@@ -240,7 +265,10 @@ def estimate_memory(config: Any, shape: RunShape) -> MemoryEstimate:
     else:
         logits = LOGIT_COPIES * micro_tokens * d.vocab * 4
     kv_per_token = 2 * d.layers * d.kv * shape.compute_bytes
-    per_token = activation_bytes_per_token(d, shape.compute_bytes, shape.gradient_checkpointing)
+    lean_mlp = not (shape.lora_rank and set(shape.lora_targets) & set(MLP_PROJECTIONS))
+    per_token = activation_bytes_per_token(
+        d, shape.compute_bytes, shape.gradient_checkpointing, shape.lean_layers, lean_mlp
+    )
     return MemoryEstimate(
         parameters=n,
         trained_state=trained / MIB,

@@ -131,6 +131,26 @@ def test_bf16_halves_activations_kv_and_frozen_copies_but_not_the_float32_parts(
     assert est.logits * MIB == pytest.approx(LOGITS)
 
 
+def test_lean_layers_keep_norm_inputs_in_float32_and_three_mlp_vectors():
+    lean = replace(SHAPE, lean_layers=True)
+    # per layer (hidden 16, q 16, kv 8, intermediate 32): the norms' float32 inputs 2*16*4 =
+    # 128 bytes; attention: the norm output 16 + q 2*16 + k/v 2*8 = 64 values; MLP input,
+    # gate and up 16 + 2*32 = 80 values -> 144 float32 values = 576 bytes; 2 layers 1408
+    # bytes, embedding and final norm 64 float32 -> 1664 bytes a token
+    assert estimate_memory(small(), lean).activations * MIB == pytest.approx(16 * 1664)
+    # bf16: the norm output a copy for each of q, k and v (16 values more), the rest halves
+    bf16 = replace(lean, compute_bytes=2)
+    per_layer = 128 + (3 * 16 + 32 + 16 + 80) * 2
+    want = 16 * (2 * per_layer + 64 * 2)
+    assert estimate_memory(small(), bf16).activations * MIB == pytest.approx(want)
+    # LoRA on an MLP projection: transformers' MLP (2 input copies, 4 intermediate vectors)
+    lora = replace(lean, lora_rank=2, lora_targets=("q_proj", "up_proj"))
+    per_layer = 128 + (16 + 32 + 16 + 2 * 16 + 4 * 32) * 4
+    assert estimate_memory(small(), lora).activations * MIB == pytest.approx(
+        16 * (2 * per_layer + 64 * 4)
+    )
+
+
 def test_lora_a_critic_ranks_and_async_rollouts():
     lora = replace(SHAPE, lora_rank=2, lora_targets=("q_proj", "v_proj"))
     assert estimate_memory(small(), lora).trained_state * MIB == pytest.approx(

@@ -92,11 +92,12 @@ def test_a_run_that_cannot_fit_is_refused_with_the_estimate_before_weights_load(
         mib(line, r"logits ([\d,]+)"),
     )
     assert need > available > 0
-    # SmolLM2 (hidden 576, 9 heads of 64, intermediate 1,536, 30 layers), float32: a Llama
-    # layer keeps 6 x 576 + 5 x 576 + 4 x 1,536 = 12,480 values a token, 30 layers plus 4
-    # hidden vectors 376,704 values = 1,506,816 bytes; 8 rows x (prompt + 1,000,000) tokens:
-    # 11,496,094 MiB for the completions' tokens, a few more for the prompts'
-    assert 11_496_094 < activations < 11_510_000
+    # SmolLM2 (hidden 576, 9 heads of 64, 3 key/value heads, intermediate 1,536, 30 layers),
+    # float32, lean layers: the norms' inputs 2 x 576 values, attention 576 + 2 x 576 + 2 x
+    # 192, the MLP 576 + 2 x 1,536: 6,912 values a layer; 30 layers plus 4 hidden vectors
+    # 209,664 values = 838,656 bytes; 8 rows x (prompt + 1,000,000) tokens: 6,398,437 MiB for
+    # the completions' tokens, a few more for the prompts'
+    assert 6_398_437 < activations < 6_406_000
     # the fused LM head holds one chunk of 2^25 float32 logits and its softmax: 256 MiB,
     # however long the rows (the full logits would be millions of MiB)
     assert logits == 256
