@@ -13,7 +13,7 @@ from ascent.errors import did_you_mean
 
 TASKS = ("arithmetic", "countdown")  # ascent.data.tasks.TASKS
 ENGINES = ("transformers", "vllm")  # ascent.rollout.ENGINES
-AGENTIC_FORMATS = ("arithmetic", "code")  # ascent.rollout.agentic.formats.FORMATS
+AGENTIC_FORMATS = ("arithmetic", "code")  # ascent.rollout.agentic.format_registry.FORMATS
 
 
 def unknown_message(kind: str, name: str, valid: Iterable[str]) -> str:

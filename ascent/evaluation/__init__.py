@@ -18,11 +18,11 @@
 
 from ascent.evaluation.agentic_results import AgenticRun, EpisodeResult
 from ascent.evaluation.bands import Band, Skipped, band_of, in_bands
-from ascent.evaluation.harness import EvalRun, output_dir, run_eval
+from ascent.evaluation.harness import EvalRun, run_eval
 from ascent.evaluation.passk import mean_pass_at_k, pass_at_k
 from ascent.evaluation.policy import EndpointFailed, Sample
 from ascent.evaluation.problem_set import MathProblem, ProblemSet, load_problem_set
-from ascent.evaluation.results import RESULTS_FILE, TRANSCRIPTS_FILE, ProblemResult
+from ascent.evaluation.results import RESULTS_FILE, TRANSCRIPTS_FILE, ProblemResult, output_dir
 from ascent.evaluation.table import print_summary, results_table
 
 __all__ = [

@@ -60,9 +60,10 @@ from ascent.evaluation.agentic_results import (
     write_agentic_results,
 )
 from ascent.evaluation.bands import band_of
-from ascent.evaluation.harness import REPORTED_FAILURES, all_or_first_error, output_dir
 from ascent.evaluation.policy import EVAL_LENGTH_SETTINGS
 from ascent.evaluation.problem_set import ProblemSet, resolve_problems_path, select_problems
+from ascent.evaluation.results import output_dir
+from ascent.evaluation.tasks import REPORTED_FAILURES, all_or_first_error
 from ascent.observe.progress import TrainProgress
 from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout.agentic.episode import EpisodeRunner

@@ -44,10 +44,10 @@ from ascent.data.files import DIFFICULTY_COLUMN, row_to_problem
 from ascent.data.problems import Problem as DataProblem
 from ascent.data.problems import render_prompt
 from ascent.errors import AscentError, ConfigError
-from ascent.evaluation.harness import all_or_first_error
 from ascent.evaluation.policy import Endpoint, open_endpoint
 from ascent.evaluation.problem_set import MathProblem, Problem
 from ascent.evaluation.scoring import Scorer, make_scorer
+from ascent.evaluation.tasks import all_or_first_error
 from ascent.observe.progress import TrainProgress
 
 ORIGINAL_LABEL = "source_difficulty"  # where a row's own, non-grade difficulty label is kept

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,15 +37,14 @@ from ascent.evaluation.problem_set import (
     resolve_problems_path,
     select_problems,
 )
-from ascent.evaluation.results import ProblemResult, band_rows, notes, write_results
+from ascent.evaluation.results import ProblemResult, band_rows, notes, output_dir, write_results
 from ascent.evaluation.scoring import Judged, Scorer, make_scorer
+from ascent.evaluation.tasks import REPORTED_FAILURES, all_or_first_error
 from ascent.observe.progress import TrainProgress
 
 if TYPE_CHECKING:
     from ascent.evaluation.agentic_results import AgenticRun
     from ascent.evaluation.test_time_results import AdaptedRun
-
-REPORTED_FAILURES = 5  # problems whose failed requests are printed as they happen
 
 
 @dataclass
@@ -116,14 +114,6 @@ def run_eval(
     )
 
 
-def output_dir(cfg: LLMConfig, run_dir: Path | None, problems: Path) -> Path:
-    """`[eval] output_dir`, else RUN_DIR/eval/<problem file stem>."""
-    if cfg.eval.output_dir:
-        return Path(cfg.eval.output_dir)
-    base = run_dir if run_dir is not None else Path(cfg.run.output_dir) / cfg.run.name
-    return base / "eval" / problems.name.split(".")[0]
-
-
 async def _evaluate(
     cfg: LLMConfig, endpoint: Endpoint, scorer: Scorer, problem_set: ProblemSet, console: Console
 ) -> list[ProblemResult]:
@@ -160,20 +150,6 @@ async def _evaluate(
             ]
             await all_or_first_error(tasks)
     return [task.result() for task in tasks]
-
-
-async def all_or_first_error(tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Wait for every task; on the first exception cancel the rest and raise it."""
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for task in done:
-        if task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
 
 
 async def _problem(

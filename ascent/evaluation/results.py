@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ascent.config.llm import LLMConfig
 from ascent.evaluation.bands import Band, label_note, rows_by_band
 from ascent.evaluation.passk import mean_pass_at_k, pass_at_k
 from ascent.evaluation.policy import Sample
@@ -138,3 +139,11 @@ def write_files(out_dir: Path, data: dict[str, Any], transcripts: Sequence[dict[
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)  # readers see the old results or the new, never half
     return path
+
+
+def output_dir(cfg: LLMConfig, run_dir: Path | None, problems: Path) -> Path:
+    """`[eval] output_dir`, else RUN_DIR/eval/<problem file stem>."""
+    if cfg.eval.output_dir:
+        return Path(cfg.eval.output_dir)
+    base = run_dir if run_dir is not None else Path(cfg.run.output_dir) / cfg.run.name
+    return base / "eval" / problems.name.split(".")[0]

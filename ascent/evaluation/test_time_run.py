@@ -45,8 +45,8 @@ from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.bands import Band, band_of
-from ascent.evaluation.harness import output_dir
 from ascent.evaluation.policy import EVAL_LENGTH_SETTINGS
+from ascent.evaluation.results import output_dir
 from ascent.evaluation.test_time_results import (
     AdaptedResult,
     AdaptedRun,

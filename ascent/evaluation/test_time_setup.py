@@ -24,7 +24,8 @@ from ascent.errors import ConfigError
 from ascent.evaluation.agentic_parts import EvalFormat, check_agentic_eval, episode_problems
 from ascent.evaluation.bands import Skipped, in_bands, no_problem_in_bands
 from ascent.evaluation.problem_set import resolve_problems_path, select_problems
-from ascent.rollout.agentic.formats import FORMATS, CodeFormat
+from ascent.rollout.agentic.format_registry import FORMATS
+from ascent.rollout.agentic.formats import CodeFormat
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from ascent.rollout.engine import ENGINES, EngineContext, RolloutEngine
 from ascent.rollout.sampling import SamplingParams, sample_next
 from ascent.rollout.transformers_engine import TransformersEngine, left_pad
 from ascent.rollout.vllm_engine import VLLMEngine
+from ascent.rollout.vllm_modes import build_vllm  # registers the `vllm` engine
 
 __all__ = [
     "ENGINES",
@@ -14,6 +15,7 @@ __all__ = [
     "SamplingParams",
     "TransformersEngine",
     "VLLMEngine",
+    "build_vllm",
     "left_pad",
     "sample_next",
 ]

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor
 
 from ascent.rollout.batch import RolloutBatch
-from ascent.rollout.engine import ENGINES, EngineContext
 from ascent.rollout.sampling import SamplingParams, draw_seeds
 
 
@@ -224,28 +223,3 @@ class VLLMEngine:
 
     def close(self) -> None:
         self.llm = None  # vLLM's in-process engine is freed with its last reference
-
-
-@ENGINES.register("vllm")
-def build_vllm(ctx: EngineContext) -> Any:
-    """`[rollout.vllm] mode`: an engine in this process, or the servers (vllm_server.py)."""
-    from ascent.models import resolve_model_path
-
-    v = ctx.cfg.rollout.vllm
-    path = resolve_model_path(ctx.cfg.model.name_or_path)
-    if v.mode == "server":
-        from ascent.rollout.vllm_server import VLLMServers
-
-        return VLLMServers.from_config(ctx, path)
-    return VLLMEngine(
-        path,
-        pad_id=ctx.pad_id,
-        eos_ids=ctx.eos_ids,
-        dtype=ctx.compute_dtype,
-        device=ctx.device,
-        kv_cache_mib=v.kv_cache_mib,
-        gpu_memory_utilization=v.gpu_memory_utilization,
-        max_model_len=v.max_model_len,
-        sleep_mode=v.sleep_mode,
-        seed=ctx.cfg.run.seed,
-    )

@@ -43,7 +43,7 @@ from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout import RolloutEngine
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
-from ascent.rollout.agentic.formats import FORMATS
+from ascent.rollout.agentic.format_registry import FORMATS
 from ascent.rollout.agentic.producer import EpisodeProducer, Group
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.rows import AgenticRows, build_rows

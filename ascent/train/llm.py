@@ -49,7 +49,9 @@ from ascent.train.distributed import Dist
 from ascent.train.evaluate import EvalResult, eval_policy
 from ascent.train.llm_checkpoint import Progress, export_final, restore_run, save_run
 from ascent.train.llm_setup import LLMRun, build_run
+from ascent.train.llm_stages import train_stages
 from ascent.train.llm_step import rl_step, sample_rows
+from ascent.train.runtime import resolve_device
 
 PROGRESS_FIELDS = {
     "reward": "reward",
@@ -206,13 +208,9 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
     eval_reward_before/after, steps, wall_s (all sessions of the run), world_size, the final
     metrics and the run's paths.
     """
-    if cfg.stages:
-        from ascent.train.llm_stages import train_stages
-
-        return train_stages(cfg, run_dir, dist)
-    from ascent.train.runtime import resolve_device
-
     dist = dist or Dist.single(resolve_device(cfg.run.device))
+    if cfg.stages:
+        return train_stages(cfg, run_dir, dist, train_llm)
     hf_logging.disable_progress_bar()
     run = build_run(cfg, dist)
     resuming = run_dir.resume_from is not None

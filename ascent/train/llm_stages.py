@@ -18,6 +18,7 @@ final-model/ are there), resumes the one in progress and runs the rest.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,15 @@ def stage_config(cfg: LLMConfig, index: int, name: str, start: str, parent: Path
     return cfg.model_copy(update={"run": run, "model": model})
 
 
-def train_stages(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict[str, Any]:
-    """Run every stage in order; return (and write, on rank 0) the run's summary."""
-    from ascent.train import create_run_dir
-    from ascent.train.llm import train_llm
-
+def train_stages(
+    cfg: LLMConfig,
+    run_dir: RunDir,
+    dist: Dist | None,
+    train_one: Callable[[LLMConfig, RunDir, Dist], dict[str, Any]],
+) -> dict[str, Any]:
+    """Run every stage in order with `train_one` (the trainer of one run, which the caller
+    passes so that this module needs nothing above it); return (and write, on rank 0) the
+    run's summary."""
     dist = dist or Dist.single()
     start = cfg.model.name_or_path
     stages: list[dict[str, Any]] = []
@@ -54,8 +59,10 @@ def train_stages(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> d
             if dist.main:
                 print(f"stage {index}/{len(configs)} '{name}': starting from {start}")
             resume = path if run_dir.resuming and path.is_dir() else None
-            stage_dir = create_run_dir(stage_cfg, dist, resume=resume)
-            summary = train_llm(stage_cfg, stage_dir, dist)  # ends by exporting final-model/
+            # rank 0 creates it, every rank gets the same RunDir (as train.create_run_dir)
+            created = RunDir.create(stage_cfg, resume=resume) if dist.main else None
+            stage_dir = dist.broadcast(created)
+            summary = train_one(stage_cfg, stage_dir, dist)  # ends by exporting final-model/
         start = str(stage_dir.path / FINAL_MODEL)
         kept = {k: v for k, v in summary.items() if k not in ("final_metrics", "paths")}
         stages.append({"name": name, "run_dir": str(stage_dir.path), "final_model": start, **kept})

@@ -13,7 +13,7 @@ from ascent.data import Problem
 from ascent.models import build_char_tokenizer
 from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
-from ascent.rollout.agentic.formats import FORMATS
+from ascent.rollout.agentic.format_registry import FORMATS
 from ascent.rollout.agentic.roles import Generated
 from ascent.rollout.agentic.verify import Verifier
 from tests.rewards.conftest import isolation_or_skip

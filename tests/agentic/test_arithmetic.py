@@ -9,7 +9,7 @@ from ascent.config import load_config
 from ascent.data.arithmetic import arithmetic_problem
 from ascent.rewards.judge import StdioTest
 from ascent.rollout.agentic.arithmetic import column_check
-from ascent.rollout.agentic.formats import FORMATS
+from ascent.rollout.agentic.format_registry import FORMATS
 from ascent.rollout.agentic.verify import AttemptVerdict, Failure
 from tests.agentic.conftest import ScriptedPolicy, runner
 

@@ -19,7 +19,7 @@ def test_engine_names_match_the_rollout_registry():
 
 
 def test_agentic_format_names_match_the_format_registry():
-    from ascent.rollout.agentic.formats import FORMATS
+    from ascent.rollout.agentic.format_registry import FORMATS
 
     assert sorted(names.AGENTIC_FORMATS) == FORMATS.names()
 

@@ -1,8 +1,8 @@
 """Agentic rollouts (GrandCode style): multi-role, multi-turn episodes per problem.
 
 - `transcript`: events, turns, the policy's token threads, the episode.
-- `formats`: how roles read and write for a kind of problem (code, arithmetic-as-code), and
-  the scripted roles.
+- `formats`: how roles read and write for a kind of problem (code, arithmetic-as-code in
+  `arithmetic`), and the scripted roles; `format_registry` names them.
 - `verify`: the sandbox verdicts: attempts, generated tests confirmed by the reference
   solution, the hidden tests.
 - `roles`: the trained policy (batched, behaviour log-probs, a weight snapshot) and API roles.

@@ -21,7 +21,6 @@ from typing import Any
 from ascent.data import Problem
 from ascent.data.code_problems import NORMALISERS, CodeProblem, RowError
 from ascent.errors import AscentError
-from ascent.registry import Registry
 from ascent.rewards.code import extract_code, language_name
 from ascent.rewards.judge import StdioTest, parse_stdio_tests
 from ascent.rollout.agentic.transcript import ROLE_OUTPUT, Episode, Event
@@ -183,16 +182,3 @@ class CodeFormat:
         last = {e.kind: e.text for e in episode.events}
         kept = [f"{k}:\n{last[k]}" for k in ("hypothesis", "solution", "feedback") if k in last]
         return f"After {episode.attempts} attempt(s). Latest " + "\n".join(kept)
-
-
-FORMATS: Registry[CodeFormat] = Registry("agentic task format")
-FORMATS.register("code")(CodeFormat())
-
-
-def _register_builtin() -> None:
-    from ascent.rollout.agentic.arithmetic import ArithmeticFormat
-
-    FORMATS.register("arithmetic")(ArithmeticFormat())
-
-
-_register_builtin()
