@@ -75,7 +75,8 @@ def main() -> None:
 
     from ascent.models import resolve_model_path
     from ascent.models.forward import FUSED_HEAD_TYPES
-    from ascent.models.memory import LLAMA_LIKE, RunShape, estimate_memory
+    from ascent.models.lean import LEAN_MODEL_TYPES
+    from ascent.models.memory import RunShape, estimate_memory
 
     argv = [args.model, args.rows, args.prompt, args.new, int(args.checkpointing), args.steps]
     out = subprocess.run(
@@ -91,7 +92,7 @@ def main() -> None:
         gradient_checkpointing=args.checkpointing,
         engine_copies=0,
         fused_head=config.model_type in FUSED_HEAD_TYPES,  # as the trainer's preflight says
-        lean_layers=config.model_type in LLAMA_LIKE,
+        lean_layers=config.model_type in LEAN_MODEL_TYPES,
     )
     estimate = estimate_memory(config, shape)
     measured["peak_mib"] = max(measured["peaks_mib"])

@@ -30,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2")  # transformers' model_type of the blocks
 _NORMS = ("input_layernorm", "post_attention_layernorm")
+_NORM_CLASSES = {f"{t.capitalize()}RMSNorm" for t in LEAN_MODEL_TYPES}  # LlamaRMSNorm, ...
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
@@ -128,7 +130,7 @@ def _norm_forward(norm: nn.Module, x: Tensor) -> Tensor:
 
 def _llama_norm(module: nn.Module) -> bool:
     """transformers' Llama-style RMSNorm: weight * normalised x (not Gemma's 1 + weight)."""
-    return type(module).__name__ in {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm"}
+    return type(module).__name__ in _NORM_CLASSES
 
 
 def lean_activations(model: nn.Module) -> int:

@@ -21,9 +21,9 @@ from ascent.data import Problem, PromptFormatter, TaskData, load_task, uses_chat
 from ascent.errors import AscentError
 from ascent.models import load_tokenizer, resolve_dtype, resolve_model_path
 from ascent.models.forward import FUSED_HEAD_TYPES
+from ascent.models.lean import LEAN_MODEL_TYPES
 from ascent.models.loading import cpu_bf16_native
 from ascent.models.memory import (
-    LLAMA_LIKE,
     MemoryEstimate,
     RunShape,
     available_mib,
@@ -84,7 +84,7 @@ def run_shape(cfg: LLMConfig, dist: Dist, prompt_tokens: int, model_type: str = 
         world_size=dist.world_size,
         max_micro_tokens=cfg.train.max_tokens_per_micro_batch,
         fused_head=fused,
-        lean_layers=model_type in LLAMA_LIKE,
+        lean_layers=model_type in LEAN_MODEL_TYPES,
     )
 
 

@@ -37,13 +37,12 @@ def stage_config(cfg: LLMConfig, index: int, name: str, start: str, parent: Path
 def train_stages(
     cfg: LLMConfig,
     run_dir: RunDir,
-    dist: Dist | None,
+    dist: Dist,
     train_one: Callable[[LLMConfig, RunDir, Dist], dict[str, Any]],
 ) -> dict[str, Any]:
     """Run every stage in order with `train_one` (the trainer of one run, which the caller
     passes so that this module needs nothing above it); return (and write, on rank 0) the
     run's summary."""
-    dist = dist or Dist.single()
     start = cfg.model.name_or_path
     stages: list[dict[str, Any]] = []
     configs = cfg.stage_configs()
