@@ -17,8 +17,8 @@ from typing import Annotated
 import click
 import typer
 
-from ascent.api.server import DEFAULT_HOST, DEFAULT_MAX_BATCH, DEFAULT_PORT
 from ascent.errors import EXIT_USER_ERROR, AscentError
+from ascent.serve.server import DEFAULT_HOST, DEFAULT_MAX_BATCH, DEFAULT_PORT
 
 app = typer.Typer(
     name="ascent",
@@ -79,7 +79,7 @@ def train(
     ] = 1,
 ) -> None:
     """Train: an LLM recipe (GRPO, PPO, VAPO, ...) or classic PPO (a config with [env])."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.train import check_world_size, run_training, train_rank
 
     cfg = load_config(config, set_ or [])
@@ -124,7 +124,8 @@ def eval_(
 ) -> None:
     """Evaluate a policy: an LLM on [eval] problems (pass@k by rating band), or a classic PPO
     run's greedy episodes (mean, std of return)."""
-    from ascent.config import ClassicConfig, load_config
+    from ascent.config import ClassicConfig
+    from ascent.configfile import load_config
 
     if target.is_dir() and not (target / "config.toml").is_file():
         raise AscentError(f"{target}: a directory without config.toml; pass a run directory")
@@ -204,8 +205,8 @@ def smoke(
     ] = 16,
 ) -> None:
     """Send one minimal request per API role; print status, latency and the answer's first line."""
-    from ascent.api.smoke import format_smoke, run_smoke
-    from ascent.config import load_config
+    from ascent.configfile import load_config
+    from ascent.doctor.smoke import format_smoke, run_smoke
 
     rows = run_smoke(load_config(config, set_ or []), max_tokens)
     typer.echo("\n".join(format_smoke(rows)))
@@ -222,7 +223,7 @@ def doctor(
     set_: SetOption = None,
 ) -> None:
     """Check config, environment, sandbox, disk, keys and endpoints, without training."""
-    from ascent.api.doctor import format_checks, run_doctor
+    from ascent.doctor.checks import format_checks, run_doctor
 
     checks = run_doctor(config, set_ or [])
     typer.echo("\n".join(format_checks(checks)))
@@ -269,7 +270,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve a local policy as an OpenAI-compatible endpoint (chat, completions, models)."""
-    from ascent.api.server import serve_forever
+    from ascent.serve.server import serve_forever
 
     serve_forever(
         model_or_run_dir,
@@ -296,7 +297,7 @@ def config_show(
     fmt: Annotated[str, typer.Option("--format", help="Output format: toml or json.")] = "toml",
 ) -> None:
     """Print the fully resolved config: every section, every default, overrides applied."""
-    from ascent.config import dump_config, load_config
+    from ascent.configfile import dump_config, load_config
 
     cfg = load_config(config, set_ or [])
     if fmt not in ("toml", "json"):
@@ -320,7 +321,7 @@ def config_migrate(
 ) -> None:
     """Rewrite a config with the write-ups' or TRL's keys as an ascent config; every key moved,
     left out or not mapped is commented."""
-    from ascent.config.migrate import migrate_file
+    from ascent.configfile.migrate import migrate_file
 
     if out is not None and out.resolve() == config.resolve():
         raise AscentError(f"--out {out}: that is the file being migrated; choose another path")
@@ -340,8 +341,10 @@ def config_migrate(
 def _mount_subapps() -> None:
     """Mount the command groups owned by other packages (kept here so `--help` lists them)."""
     from ascent.data.commands import data_app
+    from ascent.evaluation.commands import grade
     from ascent.rewards.commands import reward_app, sandbox_app
 
+    data_app.command("grade")(grade)
     app.add_typer(reward_app, name="reward")
     app.add_typer(sandbox_app, name="sandbox")
     app.add_typer(data_app, name="data")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascent.config import AnyConfig, dump_config
+from ascent.configfile import AnyConfig, dump_config
 from ascent.errors import AscentError
 
 META_FILE = "meta.json"

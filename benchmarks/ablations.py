@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import tomli_w  # noqa: E402
 
-from ascent.config import load_config  # noqa: E402
+from ascent.configfile import load_config  # noqa: E402
 from ascent.train import run_training  # noqa: E402
 from benchmarks.agentic_credit import smoothed, svg_chart  # noqa: E402
 

@@ -35,7 +35,7 @@ from transformers.utils import logging as hf_logging
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ascent.config import load_config  # noqa: E402
+from ascent.configfile import load_config  # noqa: E402
 from ascent.rundir import RunDir  # noqa: E402
 from ascent.train.llm import train_llm  # noqa: E402
 

@@ -89,7 +89,7 @@ def run_sb3(seed: int, max_steps: int) -> dict[str, Any]:
 
 def run_ascent(seed: int, max_steps: int, recipe: Path) -> dict[str, Any]:
     """`ascent train RECIPE` with stop_when_solved, in a throwaway run directory."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.train import run_training
 
     with tempfile.TemporaryDirectory() as out:

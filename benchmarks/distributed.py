@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ascent.config import load_config
+from ascent.configfile import load_config
+from ascent.runtime import configure_cpu
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import collect, make_train_batch, rl_step, score
-from ascent.train.runtime import configure_cpu
+from ascent.train.llm_step import make_train_batch, rl_step
 from ascent.train.train_batch import TrainBatch
 
 UPDATE = [
@@ -84,7 +84,7 @@ def main() -> None:
         overrides = [*UPDATE, f'run.output_dir="{root}"']
         configure_cpu()
         run = build_run(load_config(None, overrides), torch.device("cpu"))
-        batch, _ = make_train_batch(run, score(run, *collect(run)))
+        batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
         save_file(batch.to_tensors(), str(root / "batch.safetensors"))
         run.actor.update(batch, 1)
         single = run.actor.model.state_dict()

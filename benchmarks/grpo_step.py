@@ -65,7 +65,7 @@ def setup_process() -> None:
 
 def ascent_run(model: str, overrides: list[str]):
     """An `LLMRun` of the embedded default recipe with `model` and `overrides`."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.train.llm_setup import build_run
 
     cfg = load_config(None, [f'model.name_or_path="{model}"', "logging.progress=false", *overrides])
@@ -89,7 +89,7 @@ def ascent_steps(model: str, steps: int) -> list[float]:
 
     run = ascent_run(model, STEP_OVERRIDES)
     run.reward.close()
-    run.reward = CompositeReward({"digits": digit_fraction}, [1.0])
+    run.rollouts.reward = CompositeReward({"digits": digit_fraction}, [1.0])
     times = []
     for step in range(1, steps + 1):
         start = time.perf_counter()
@@ -263,7 +263,7 @@ def _tta_result(before: float, curve: list[tuple[int, float, float]]) -> dict[st
 
 def trl_tta(budget_s: float, eval_every: int) -> dict[str, Any]:
     """TRL GRPO (SPEC.md's settings) from the same warm start, same reward and evaluator."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.data import load_task
     from ascent.models import TINY_ARITHMETIC, resolve_model_path
     from ascent.rewards import build_reward

@@ -40,7 +40,7 @@ from benchmarks.real_model import peak_rss_mb  # VmHWM: ru_maxrss carries the pa
 torch.set_num_threads(int(sys.argv[3])); torch.set_flush_denormal(True)
 from ascent.config.llm import ModelSection
 from ascent.models import load_policy
-from ascent.models.forward import response_logprobs
+from ascent.train.forward import response_logprobs
 from ascent.train.train_batch import TrainBatch
 batch = TrainBatch.from_tensors(torch.load(sys.argv[1], weights_only=True)).rollout
 policy = load_policy(ModelSection(name_or_path="ascent:smollm2-135m",
@@ -65,8 +65,8 @@ def main() -> None:
     from ascent.config.llm import ModelSection, TrainSection
     from ascent.data.files import load_problems
     from ascent.models import load_policy, load_tokenizer
-    from ascent.models.forward import response_logprobs
     from ascent.rollout import SamplingParams, TransformersEngine
+    from ascent.train.forward import response_logprobs
     from ascent.train.train_batch import TrainBatch
     from ascent.train.updates import micro_batch_rows, padding_fraction
 

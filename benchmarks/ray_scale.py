@@ -25,15 +25,15 @@ from pathlib import Path
 
 import torch
 
-from ascent.config import load_config
 from ascent.config.cluster import ClusterSection
 from ascent.config.rewards import RewardSection, SandboxSection
+from ascent.configfile import load_config
 from ascent.data.bundled import bundled_path
 from ascent.data.code_problems import load_code_problems
 from ascent.rewards import build_reward
+from ascent.runtime import configure_cpu
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_step import rl_step
-from ascent.train.runtime import configure_cpu
 
 SOLUTIONS = [
     "import sys\nprint(sys.stdin.read().strip())",  # echo: right for some, wrong for most

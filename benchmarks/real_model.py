@@ -409,7 +409,7 @@ progress = false
 def ascent_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[str, Any]:
     import torch
 
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.rewards import CompositeReward
     from ascent.train.llm_setup import build_run
     from ascent.train.llm_step import rl_step
@@ -426,7 +426,7 @@ def ascent_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[s
     run = build_run(cfg, torch.device("cpu"))
     torch.set_num_threads(args.threads)
     run.reward.close()
-    run.reward = CompositeReward({"digits": digit_fraction}, [1.0])
+    run.rollouts.reward = CompositeReward({"digits": digit_fraction}, [1.0])
     steps, rollout, update, lengths = [], [], [], []
     for step in range(1, args.steps + 2):
         start = time.perf_counter()

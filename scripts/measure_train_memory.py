@@ -26,7 +26,7 @@ torch.set_num_threads(1)
 from transformers import AutoConfig
 from ascent.config.llm import ModelSection
 from ascent.models import load_policy
-from ascent.models.forward import response_logprobs
+from ascent.train.forward import response_logprobs
 from ascent.rollout.batch import RolloutBatch
 model_name, rows, p, r, ckpt, steps = sys.argv[1], *map(int, sys.argv[2:7])
 def peak():
@@ -74,9 +74,9 @@ def main() -> None:
     from transformers import AutoConfig
 
     from ascent.models import resolve_model_path
-    from ascent.models.forward import FUSED_HEAD_TYPES
     from ascent.models.lean import LEAN_MODEL_TYPES
     from ascent.models.memory import RunShape, estimate_memory
+    from ascent.train.forward import FUSED_HEAD_TYPES
 
     argv = [args.model, args.rows, args.prompt, args.new, int(args.checkpointing), args.steps]
     out = subprocess.run(

@@ -19,7 +19,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _denormals_as_torch_starts():
-    """Runs flush denormals process-wide (ascent.train.runtime); hypothesis refuses to draw
+    """Runs flush denormals process-wide (ascent.runtime); hypothesis refuses to draw
     floats in a process that does, so every test starts from torch's default."""
     torch.set_flush_denormal(False)
 

@@ -1,11 +1,11 @@
-"""The OpenAI-compatible API channel: API-served roles, `ascent smoke` / `doctor` / `serve`.
+"""The OpenAI-compatible API channel: the client side, which rollouts, training and evaluation
+all call, so it sits below them (serving a policy is ascent.serve; the checks behind `ascent
+smoke` / `doctor` are ascent.doctor).
 
 - `ApiClient` (client.py): async chat completions per role with retries, Retry-After,
   a concurrency limit, fallback models and token usage per role.
 - `failures` / `diagnoses`: one `ApiError` subclass per failure users hit, and the one-line
   message that says what to do.
-- `smoke` / `doctor`: the checks behind `ascent smoke` and `ascent doctor`.
-- `server`: `ascent serve`, a local policy behind an OpenAI-compatible endpoint.
 - `assistant`: the log-analysis assistant that reads metrics during training.
 """
 

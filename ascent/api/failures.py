@@ -88,3 +88,16 @@ class BadResponseError(ApiError):
 
 class RequestRejectedError(ApiError):
     """Any other 4xx, with the server's own explanation."""
+
+
+# Failures no retry or fallback can cure: a run or an evaluation stops on them at once, with
+# their message, instead of scoring every later request as a failed answer.
+FATAL_ERRORS: tuple[type[ApiError], ...] = (
+    KeyMissingError,
+    KeyLooksLikeNameError,
+    AuthError,
+    BaseUrlError,
+    UnknownModelError,
+    ProxyError,
+    UnreachableError,
+)

@@ -36,7 +36,7 @@ class RolloutReplica:
 
         from ascent.models import load_frozen, resolve_dtype
         from ascent.rollout import TransformersEngine
-        from ascent.train.runtime import configure_cpu
+        from ascent.runtime import configure_cpu
 
         configure_cpu(1)
         from transformers.utils import logging as hf_logging

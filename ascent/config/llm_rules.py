@@ -2,16 +2,15 @@
 
 Each function raises `ValueError("[section] key: what is wrong; what to do")` (the loader turns
 it into one line naming the file) and returns nothing when the config is sound. They are
-`LLMConfig`'s validators, written out here to keep the section models short. `inert_settings`
-returns warnings instead: settings that are legal but can have no effect in this config.
+`LLMConfig`'s validators (llm.py), written out here to keep the section models short; they
+read the typed sections (llm_sections.py) and never the root model that calls them.
+`inert_settings` returns warnings instead: settings that are legal but can have no effect in
+this config.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ascent.config.llm import AlgorithmSection, LLMConfig
+from ascent.config.llm_sections import AlgorithmSection, LLMSections
 
 # Reward functions whose detail says whether an answer is correct (what history resampling,
 # positive replay and the positive-sample NLL select on).
@@ -49,7 +48,7 @@ def known_names(alg: AlgorithmSection) -> None:
             raise ValueError(f"[algorithm] {field}: {registry.unknown_message(name)}")
 
 
-def task_reward_and_checkpoints(cfg: LLMConfig) -> None:
+def task_reward_and_checkpoints(cfg: LLMSections) -> None:
     builtin_countdown = cfg.data.path is None and cfg.data.task == "countdown"
     if builtin_countdown and "countdown" not in cfg.reward.functions:
         raise ValueError(
@@ -66,7 +65,7 @@ def task_reward_and_checkpoints(cfg: LLMConfig) -> None:
         )
 
 
-def plateau_settings(cfg: LLMConfig) -> None:
+def plateau_settings(cfg: LLMSections) -> None:
     t = cfg.train
     if not t.plateau_patience:
         _refuse_unused(
@@ -79,7 +78,7 @@ def plateau_settings(cfg: LLMConfig) -> None:
         )
 
 
-def batch_arithmetic(cfg: LLMConfig) -> None:
+def batch_arithmetic(cfg: LLMSections) -> None:
     t, g = cfg.train, cfg.rollout.group_size
     if t.batch_size % g:
         groups = " or ".join(map(str, _divisors_near(t.batch_size, g)))
@@ -116,7 +115,7 @@ def batch_arithmetic(cfg: LLMConfig) -> None:
         )
 
 
-def estimator_settings(cfg: LLMConfig) -> None:
+def estimator_settings(cfg: LLMSections) -> None:
     from ascent.algos import ADVANTAGES
 
     alg = cfg.algorithm
@@ -144,7 +143,7 @@ def estimator_settings(cfg: LLMConfig) -> None:
         )
 
 
-def critic_settings(cfg: LLMConfig) -> None:
+def critic_settings(cfg: LLMSections) -> None:
     from ascent.algos import ADVANTAGES
 
     c, adv = cfg.critic, cfg.algorithm.advantage
@@ -180,11 +179,11 @@ def critic_settings(cfg: LLMConfig) -> None:
         )
 
 
-def _judging(cfg: LLMConfig) -> bool:
+def _judging(cfg: LLMSections) -> bool:
     return bool(JUDGING_REWARDS & set(cfg.reward.functions))
 
 
-def sampling_settings(cfg: LLMConfig) -> None:
+def sampling_settings(cfg: LLMSections) -> None:
     from ascent.algos import ADVANTAGES
 
     s = cfg.sampling
@@ -220,7 +219,7 @@ def sampling_settings(cfg: LLMConfig) -> None:
             )
 
 
-def loss_settings(cfg: LLMConfig) -> None:
+def loss_settings(cfg: LLMSections) -> None:
     alg = cfg.algorithm
     if alg.agg_norm_const is not None and alg.loss_agg != "seq_mean_token_sum_norm":
         raise ValueError(
@@ -249,7 +248,7 @@ def loss_settings(cfg: LLMConfig) -> None:
         )
 
 
-def ratio_can_move(cfg: LLMConfig) -> bool:
+def ratio_can_move(cfg: LLMSections) -> bool:
     """Whether the importance ratio pi_theta / pi_old can differ from 1 in the policy loss.
 
     With one optimiser step per batch the policy being updated is the one that sampled it,
@@ -262,7 +261,7 @@ def ratio_can_move(cfg: LLMConfig) -> bool:
     return several_updates or behaviour_anchored
 
 
-def inert_settings(cfg: LLMConfig) -> list[str]:
+def inert_settings(cfg: LLMSections) -> list[str]:
     """Warnings for settings that cannot act in this config."""
     warnings = []
     c = cfg.cluster
@@ -294,7 +293,7 @@ _TRAINING_ONLY_AGENTIC = {
 }
 
 
-def eval_inert_settings(cfg: LLMConfig) -> list[str]:
+def eval_inert_settings(cfg: LLMSections) -> list[str]:
     """Warnings for settings `ascent eval` cannot act on in this config. Warned, not refused:
     `ascent eval RUN_DIR` reads a training run's config, where they did act."""
     ev, a = cfg.eval, cfg.agentic
@@ -331,7 +330,7 @@ def eval_inert_settings(cfg: LLMConfig) -> list[str]:
     return out
 
 
-def _inert_clips(cfg: LLMConfig) -> list[str]:
+def _inert_clips(cfg: LLMSections) -> list[str]:
     """Warnings for clip ranges that cannot bind with one optimiser step per batch."""
     alg, t = cfg.algorithm, cfg.train
     if ratio_can_move(cfg):
@@ -348,7 +347,7 @@ def _inert_clips(cfg: LLMConfig) -> list[str]:
     ]
 
 
-def world_size_rules(cfg: LLMConfig, world: int) -> None:
+def world_size_rules(cfg: LLMSections, world: int) -> None:
     """What a run on `world` ranks needs (raises ValueError, one line, with the fix)."""
     if world == 1:
         return
@@ -383,7 +382,7 @@ def world_size_rules(cfg: LLMConfig, world: int) -> None:
             )
 
 
-def async_settings(cfg: LLMConfig) -> None:
+def async_settings(cfg: LLMSections) -> None:
     """Asynchronous rollouts ([rollout] async), and what Ray rollout replicas can serve."""
     r, c = cfg.rollout, cfg.cluster
     if not r.async_:

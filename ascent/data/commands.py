@@ -11,11 +11,8 @@ Settings are the [clean], [reward] (math-verify's time limit, the default langua
 [sandbox] (where reference solutions run) sections of a `--config` file, whose [data.columns]
 prompt and answer name a math row's columns; without one, the defaults (with `--set`).
 
-`ascent data grade IN --out OUT --policy CONFIG_OR_RUN_DIR [--k K]` samples K answers per
-problem from the config's policy and writes IN's rows to OUT with `pass_rate` and `difficulty`
-(easy / medium / hard by the [grade] thresholds), for `[data] difficulty` to train on chosen
-buckets. The sampling and judging are `ascent.evaluation.grade`'s; the last line is
-{"graded": N, "easy": n, "medium": n, "hard": n, "k": K}.
+`ascent data grade` samples from a policy, so it lives with the evaluation modes
+(ascent.evaluation.commands) and the `ascent` command mounts it beside `clean`.
 """
 
 from __future__ import annotations
@@ -66,7 +63,7 @@ class CleanSettings:
 def load_settings(config: Path | None, sets: list[str] | None) -> CleanSettings:
     """A config file's sections (with `--set` overrides), or the defaults with the overrides."""
     if config is not None:
-        from ascent.config import load_config
+        from ascent.configfile import load_config
 
         cfg = load_config(config, sets or [])
         if not hasattr(cfg, "clean"):
@@ -74,7 +71,7 @@ def load_settings(config: Path | None, sets: list[str] | None) -> CleanSettings:
         data = cfg.data
         columns = data.columns if data.explicitly_set("columns") else None
         return CleanSettings(cfg.clean, cfg.reward, cfg.sandbox, columns, data.split)
-    from ascent.config.loader import sections_from_sets
+    from ascent.configfile.loader import sections_from_sets
 
     applies = "without --config only [clean], [reward] and [sandbox] apply"
     sections = sections_from_sets(_Sections, sets or [], applies)
@@ -124,7 +121,7 @@ def clean_file(
     check_row_kind(kind)
     path = resolve_data_path(source)
     report = CleanReport(path, out, dropped_path(out))
-    rows, total = _rows(path, settings.split)
+    rows, total = numbered_rows(path, settings.split)
     for target in (report.out, report.dropped_out):
         if target.resolve() == path.resolve():
             raise AscentError(f"--out {out}: {target} is the input; write the output elsewhere")
@@ -134,7 +131,7 @@ def clean_file(
     console = console or Console(stderr=True)
     progress = TrainProgress(total, fields, description="clean", console=console)
     try:
-        with _Output(report.out) as kept, _Output(report.dropped_out) as dropped, progress:
+        with JsonlOutput(report.out) as kept, JsonlOutput(report.dropped_out) as dropped, progress:
             for chunk in _chunks(rows, CHUNK):
                 items = [
                     make_item(
@@ -164,7 +161,7 @@ def clean_file(
     return report
 
 
-def _rows(path: Path, split: str) -> tuple[Iterable[tuple[int, dict[str, Any]]], int]:
+def numbered_rows(path: Path, split: str) -> tuple[Iterable[tuple[int, dict[str, Any]]], int]:
     """The rows of `path` and how many there are (JSONL is counted, then streamed)."""
     from ascent.data.files import detect_format, read_rows
 
@@ -199,14 +196,14 @@ def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-class _Output:
+class JsonlOutput:
     """A JSONL file written beside its final name and moved into place only on success."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.partial = path.with_name(path.name + ".partial")
 
-    def __enter__(self) -> _Output:
+    def __enter__(self) -> JsonlOutput:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.partial.open("w", encoding="utf-8")
@@ -303,60 +300,3 @@ def clean(
     network and environment problems, unparsable answers and failing reference solutions."""
     settings = load_settings(config, set_)
     print_report(clean_file(input, out, settings, kind))
-
-
-@data_app.command("grade")
-def grade(
-    input: Annotated[
-        str,
-        typer.Argument(
-            metavar="IN",
-            help="Problems: .jsonl / .jsonl.gz, .parquet, a datasets.save_to_disk directory, or "
-            "a bundled set (ascent:gsm8k_test).",
-        ),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out", metavar="OUT", help="IN's rows with pass_rate and difficulty added (.jsonl)."
-        ),
-    ],
-    policy: Annotated[
-        Path,
-        typer.Option(
-            "--policy",
-            metavar="CONFIG_OR_RUN_DIR",
-            help="A TOML config (its [eval] policy: [model] locally, or an API role) or a run "
-            "directory (its final-model); its [data] prompt_template, [reward] and [grade] apply.",
-        ),
-    ],
-    k: Annotated[
-        int | None, typer.Option("--k", min=1, help="Samples per problem; overrides [grade] k.")
-    ] = None,
-    kind: Annotated[
-        str,
-        typer.Option("--kind", help="math, code, or auto: each row by its columns, as data clean."),
-    ] = "auto",
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a config value, e.g. --set grade.hard_below=0.2."),
-    ] = None,
-) -> None:
-    """Grade problems by difficulty (SRPO): sample k answers per problem from a policy, add
-    pass_rate (correct / k) and difficulty (easy / medium / hard, by [grade] thresholds)."""
-    from ascent.data.bundled import resolve_data_path
-    from ascent.evaluation.grade import grade_rows, grading_config, print_grade_report
-
-    path = resolve_data_path(input)
-    if not out.name.endswith(".jsonl") or out.name == ".jsonl":
-        raise AscentError(f"--out {out}: the output is JSONL; give a file name ending in .jsonl")
-    if out.resolve() == path.resolve():
-        raise AscentError(f"--out {out}: that is the input; write the output elsewhere")
-    cfg, run_dir = grading_config(policy, set_ or [], k)
-    rows, _ = _rows(path, cfg.data.split)
-    report = grade_rows(rows, path, cfg, kind=kind, run_dir=run_dir)
-    with _Output(out) as graded:
-        for row in report.rows:
-            graded.write(row)
-    print_grade_report(report, out)
-    typer.echo(json.dumps(report.to_json()))

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from ascent.api import ApiClient, ApiError
+from ascent.api.failures import FATAL_ERRORS
 from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem, read_jsonl
 from ascent.errors import ConfigError
-from ascent.evaluation.policy import FATAL_ERRORS, EndpointFailed
+from ascent.evaluation.policy import EndpointFailed
 from ascent.evaluation.problem_set import ProblemSet
 from ascent.rewards.code import language_name
 from ascent.rewards.sandbox import SandboxPool

@@ -90,7 +90,7 @@ def grading_config(
 ) -> tuple[LLMConfig, Path | None]:
     """The config `--policy` names, as `ascent eval` reads it: a TOML file, or a run directory
     (its config.toml; the model is its final-model). `k` overrides `[grade] k`."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
 
     if target.is_dir() and not (target / "config.toml").is_file():
         raise AscentError(

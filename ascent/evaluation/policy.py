@@ -25,19 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ascent.api import ApiClient, ApiError, RetryPolicy, RoleSpec
-from ascent.api import diagnoses as d
+from ascent.api.failures import FATAL_ERRORS
 from ascent.config.llm import LLMConfig
 from ascent.errors import AscentError, ConfigError
 
-FATAL_ERRORS: tuple[type[ApiError], ...] = (
-    d.KeyMissingError,
-    d.KeyLooksLikeNameError,
-    d.AuthError,
-    d.BaseUrlError,
-    d.UnknownModelError,
-    d.ProxyError,
-    d.UnreachableError,
-)
 LOCAL_ROLE = "policy"
 LOCAL_TIMEOUT_SEC = 24 * 3600.0  # local generation is never cut short by a timeout
 # What shortens an evaluation's requests, named in a too-long-request diagnosis.
@@ -143,7 +134,7 @@ def open_endpoint(
 def _local_server(
     cfg: LLMConfig, run_dir: Path | None, checkpoint: Path | None
 ) -> Iterator[tuple[str, Any]]:
-    from ascent.api.server import PolicyServer
+    from ascent.serve.server import PolicyServer
 
     policy = load_local_policy(cfg, run_dir, checkpoint)
     server = PolicyServer(policy, port=0, max_batch=cfg.rollout.async_workers)
@@ -153,9 +144,9 @@ def _local_server(
 
 def load_local_policy(cfg: LLMConfig, run_dir: Path | None, checkpoint: Path | None) -> Any:
     """`--checkpoint`, else the run directory's model, else `[model]`, as a `LocalPolicy`."""
-    from ascent.api.local_policy import LocalPolicy
     from ascent.models import load_reference, load_tokenizer
-    from ascent.train.runtime import setup_runtime
+    from ascent.runtime import setup_runtime
+    from ascent.serve.local_policy import LocalPolicy
 
     section, name = local_model_section(cfg, run_dir, checkpoint)
     device = setup_runtime(cfg.run)
@@ -168,8 +159,8 @@ def local_model_section(
 ) -> tuple[Any, str]:
     """The `[model]` section that loads the local policy (`--checkpoint`, else the run
     directory's model, else `[model]` itself), and the name results record it by."""
-    from ascent.api.local_policy import find_model_dir, run_tokenizer
     from ascent.models.loading import has_tokenizer_files
+    from ascent.serve.local_policy import find_model_dir, run_tokenizer
 
     section = cfg.model.model_copy(update={"ref_model": None})
     name = cfg.model.name_or_path

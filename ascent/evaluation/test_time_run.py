@@ -115,7 +115,7 @@ def _adapter(
     from ascent.evaluation.policy import local_model_section
     from ascent.models import load_policy, load_tokenizer, resolve_dtype
     from ascent.rollout.agentic.chat import ChatTemplate
-    from ascent.train.runtime import setup_runtime
+    from ascent.runtime import setup_runtime
 
     section, name = local_model_section(cfg, run_dir, checkpoint)
     device = setup_runtime(cfg.run)

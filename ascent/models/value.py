@@ -2,7 +2,7 @@
 
 `ValueModel` wraps the trunk of a causal LM (its `base_model_prefix` module: `model` for
 Llama/Qwen) and puts `head: hidden -> 1` where the LM head was. Its output carries the values
-in the `logits` slot, shape (B, T, 1), so `ascent.models.forward` runs it exactly like a
+in the `logits` slot, shape (B, T, 1), so `ascent.train.forward` runs it exactly like a
 policy (shared-prompt KV cache included). Two ways to get one:
 
 - `separate_critic`: its own trunk, loaded from a checkpoint (by default the policy's initial

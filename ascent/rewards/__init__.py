@@ -15,7 +15,13 @@ from ascent.rewards.base import (
     ScoredReward,
     completion_text,
 )
-from ascent.rewards.composite import CompositeReward, RewardOutput, build_reward, load_callable
+from ascent.rewards.composite import (
+    CompositeReward,
+    RewardOutput,
+    build_reward,
+    is_correct,
+    load_callable,
+)
 
 __all__ = [
     "REWARDS",
@@ -28,5 +34,6 @@ __all__ = [
     "ScoredReward",
     "build_reward",
     "completion_text",
+    "is_correct",
     "load_callable",
 ]

@@ -57,7 +57,7 @@ def load_sections(
     """The [reward] and [sandbox] sections: the defaults with `--set` overrides, or a config
     file's (not the built-in training recipe's, which has its own answer pattern)."""
     if config is not None:
-        from ascent.config import load_config
+        from ascent.configfile import load_config
 
         cfg = load_config(config, sets or [])
         if not hasattr(cfg, "reward") or not hasattr(cfg, "sandbox"):
@@ -65,7 +65,7 @@ def load_sections(
                 f"{config}: a classic PPO config has no [reward] or [sandbox] section"
             )
         return cfg.reward, cfg.sandbox
-    from ascent.config.loader import sections_from_sets
+    from ascent.configfile.loader import sections_from_sets
 
     sections = sections_from_sets(_Sections, sets or [], "only [reward] and [sandbox] apply here")
     return sections.reward, sections.sandbox

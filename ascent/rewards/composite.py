@@ -30,6 +30,12 @@ class RewardOutput:
     details: list[dict[str, Any]]  # per sample: {component name: its detail dict}
 
 
+def is_correct(details: dict[str, dict[str, Any]]) -> bool | None:
+    """Every judging reward in one row's details says correct (None: none judges correctness)."""
+    flags = [d["correct"] for d in details.values() if isinstance(d, dict) and "correct" in d]
+    return all(flags) if flags else None
+
+
 class CompositeReward:
     """Weighted sum of named reward functions; `submit` scores a batch in the background."""
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ascent.config import AnyConfig, ClassicConfig, LLMConfig
+from ascent.config import ClassicConfig, LLMConfig
+from ascent.configfile import AnyConfig
 from ascent.rundir import RunDir
+from ascent.runtime import setup_runtime
 from ascent.train.distributed import Dist
-from ascent.train.runtime import setup_runtime
 
 
 def create_run_dir(
@@ -41,7 +42,7 @@ def train_rank(
     config: str | None, overrides: list[str], resume: str | None, overwrite: bool
 ) -> str:
     """One rank of `ascent train --nproc N`, in a process the launcher started."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
 
     cfg = load_config(config, overrides)
     resume_path = Path(resume) if resume else None

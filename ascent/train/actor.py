@@ -35,9 +35,9 @@ from torch.optim.lr_scheduler import LambdaLR
 from ascent.algos import PolicyLossInput, masked_mean, positive_nll, value_loss
 from ascent.algos.aggregation import token_mean
 from ascent.config.llm import TrainSection
-from ascent.models.forward import response_logprobs, response_values
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
+from ascent.train.forward import response_logprobs, response_values
 from ascent.train.parts import AlgorithmParts
 from ascent.train.sharding import adapter_weights, full_weights, live_module
 from ascent.train.train_batch import MetricMeans, TrainBatch

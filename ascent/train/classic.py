@@ -79,6 +79,7 @@ from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
 from ascent.rundir import RunDir
+from ascent.runtime import resolve_device
 from ascent.train.checkpoint import (
     CLASSIC_KIND,
     KIND_KEY,
@@ -95,7 +96,6 @@ from ascent.train.classic_rollout import (
     Samples,
     make_vector_env,
 )
-from ascent.train.runtime import resolve_device
 
 GAE = ADVANTAGES.get("gae")
 CLIPPED_SURROGATE = POLICY_LOSSES.get("ppo_clip")

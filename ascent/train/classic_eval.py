@@ -19,8 +19,8 @@ from ascent.config.classic import ClassicConfig
 from ascent.errors import AscentError
 from ascent.models.actor_critic import ActorCritic
 from ascent.rundir import best_checkpoint, latest_checkpoint
+from ascent.runtime import resolve_threads
 from ascent.train.checkpoint import CLASSIC_KIND, load_checkpoint
-from ascent.train.runtime import resolve_threads
 
 EVAL_SEED_OFFSET = 10_000
 MAX_EPISODE_STEPS = 100_000  # for envs registered without a time limit

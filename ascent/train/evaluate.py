@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from ascent.config.llm import RolloutSection
 from ascent.data import Problem, PromptFormatter, reward_columns
 from ascent.observe.text_metrics import text_metrics
-from ascent.rewards import CompositeReward
+from ascent.rewards import CompositeReward, is_correct
 from ascent.rollout import RolloutEngine, SamplingParams
-from ascent.train.llm_setup import LLMRun
+from ascent.train.llm_rollout import Rollouts
 
 EVAL_CHUNK = 256  # prompts decoded at once
 
@@ -36,12 +37,6 @@ class EvalResult:
         if self.accuracy is not None:
             out["eval/accuracy"] = self.accuracy
         return out
-
-
-def is_correct(details: dict[str, dict[str, Any]]) -> bool | None:
-    """Every judging reward says correct (None: no reward judges correctness)."""
-    flags = [d["correct"] for d in details.values() if isinstance(d, dict) and "correct" in d]
-    return all(flags) if flags else None
 
 
 @torch.no_grad()
@@ -97,24 +92,24 @@ def summarize(
     return EvalResult(accuracy, mean, samples, text)
 
 
-def eval_policy(run: LLMRun) -> EvalResult:
-    """`evaluate` on a run's held-out split, at the run's max_new_tokens; on several ranks
-    each evaluates every world_size-th problem and all get the whole result."""
-    dist, problems = run.dist, run.task.eval
+def eval_policy(src: Rollouts, problems: list[Problem], rollout: RolloutSection) -> EvalResult:
+    """`evaluate` on a run's held-out `problems` at its max_new_tokens, with its rollout side;
+    on several ranks each evaluates every world_size-th problem and all get the whole result."""
+    dist = src.dist
     mine = problems[dist.rank :: dist.world_size]
     result = evaluate(
-        run.engine,
-        run.tokenizer,
-        run.reward,
+        src.engine,
+        src.tokenizer,
+        src.reward,
         mine,
-        run.cfg.rollout.max_new_tokens,
-        stop=run.cfg.rollout.stop,
-        formatter=run.formatter,
+        rollout.max_new_tokens,
+        stop=rollout.stop,
+        formatter=src.formatter,
         calls=dist.all_max((len(mine) + EVAL_CHUNK - 1) // EVAL_CHUNK),
         filler=problems[0],
     )
     if not dist.distributed:
-        return summarize(result.samples, run.reflection)
+        return summarize(result.samples, src.reflection)
     parts = dist.gather(result.samples)
     samples = [parts[i % dist.world_size][i // dist.world_size] for i in range(len(problems))]
-    return summarize(samples, run.reflection)
+    return summarize(samples, src.reflection)

@@ -44,6 +44,7 @@ from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
 from ascent.rundir import RunDir
+from ascent.runtime import resolve_device
 from ascent.train.agentic_step import AgenticTrainer, agentic_session
 from ascent.train.distributed import Dist
 from ascent.train.evaluate import EvalResult, eval_policy
@@ -51,7 +52,6 @@ from ascent.train.llm_checkpoint import Progress, export_final, restore_run, sav
 from ascent.train.llm_setup import LLMRun, build_run
 from ascent.train.llm_stages import train_stages
 from ascent.train.llm_step import rl_step, sample_rows
-from ascent.train.runtime import resolve_device
 
 PROGRESS_FIELDS = {
     "reward": "reward",
@@ -88,7 +88,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _evaluate(run: LLMRun, run_dir: RunDir, progress: Progress, label: str) -> EvalResult:
-    result = eval_policy(run)
+    result = eval_policy(run.rollouts, run.task.eval, run.cfg.rollout)
     progress.last_eval, progress.last_eval_step = result.metrics(), progress.step
     if run.dist.main:
         _write_jsonl(run_dir.samples_dir / f"eval-{label}.jsonl", result.samples)

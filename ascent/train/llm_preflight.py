@@ -20,7 +20,6 @@ from ascent.config.llm import LLMConfig
 from ascent.data import Problem, PromptFormatter, TaskData, load_task, uses_chat_template
 from ascent.errors import AscentError
 from ascent.models import load_tokenizer, resolve_dtype, resolve_model_path
-from ascent.models.forward import FUSED_HEAD_TYPES
 from ascent.models.lean import LEAN_MODEL_TYPES
 from ascent.models.loading import cpu_bf16_native
 from ascent.models.memory import (
@@ -30,6 +29,7 @@ from ascent.models.memory import (
     estimate_memory,
 )
 from ascent.train.distributed import Dist
+from ascent.train.forward import FUSED_HEAD_TYPES
 from ascent.train.parts import algorithm_parts
 
 PROMPTS_MEASURED = 256  # of each split: the longest of them stands for the longest prompt

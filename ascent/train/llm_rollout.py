@@ -1,5 +1,10 @@
 """Prompts -> rollouts -> rewards: the scored batch a step learns from, and its metrics.
 
+`Rollouts` is the rollout side of a run, everything that turns drawn prompts into scored
+completions (the prompt stream, the formatter, the engine, the reward, this rank's sampling
+generator). The batch sources (llm_sampling.py) and the held-out evaluation take it, never
+the whole run, so nothing that samples can reach the trainer's workers.
+
 Metric names follow TRL where TRL has one (reward, reward_std, frac_reward_zero_std,
 completions/mean_length, ...), so a TRL user reads them as before:
 
@@ -18,14 +23,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.data import DrawnPrompt, Problem, reward_columns
+from ascent.data import (
+    DrawnPrompt,
+    Problem,
+    PromptFormatter,
+    PromptSampler,
+    RewardHistory,
+    reward_columns,
+)
 from ascent.observe.text_metrics import text_metrics
-from ascent.rewards import RewardOutput
-from ascent.rollout import RolloutBatch
+from ascent.rewards import CompositeReward, RewardOutput, is_correct
+from ascent.rollout import RolloutBatch, RolloutEngine, SamplingParams
 from ascent.train.distributed import Dist
-from ascent.train.evaluate import is_correct
-from ascent.train.llm_setup import LLMRun
 
 
 @dataclass(frozen=True)
@@ -96,27 +107,46 @@ class Scored:
         )
 
 
-def collect(
-    run: LLMRun, drawn: list[DrawnPrompt] | None = None
-) -> tuple[RolloutBatch, list[Problem]]:
-    """Sample group_size completions for this rank's share of the drawn prompts (None: the
-    step's next prompts; every rank draws the same ones, so a group is never split)."""
-    if drawn is None:
-        drawn = run.sampler.draw(run.prompts_per_step)
-    drawn = run.dist.share(drawn)
-    prompts = run.formatter.encode([d.problem for d in drawn])
-    rollout = run.engine.generate(
-        prompts, [d.uid for d in drawn], run.cfg.rollout.group_size, run.sampling, run.generator
-    )
-    by_uid = {d.uid: d.problem for d in drawn}
-    return rollout, [by_uid[g] for g in rollout.group_ids.tolist()]
+@dataclass
+class Rollouts:
+    """The rollout side of one rank of a run (its parts are stateful: the sampler's position,
+    the generator's stream, the engine's weights advance as the run does)."""
 
+    dist: Dist
+    sampler: PromptSampler
+    formatter: PromptFormatter  # problem -> the text and token ids the policy sees
+    engine: RolloutEngine
+    tokenizer: PreTrainedTokenizerBase
+    reward: CompositeReward
+    sampling: SamplingParams
+    generator: torch.Generator  # this rank's sampling stream (its state is checkpointed)
+    group_size: int
+    prompts_per_step: int  # fresh prompts per step over all ranks
+    history: RewardHistory | None = None  # [sampling] history_resampling only
+    reflection: re.Pattern[str] | None = None  # [logging] reflection_words, for the metrics
 
-def score(run: LLMRun, rollout: RolloutBatch, problems: list[Problem]) -> Scored:
-    completions = run.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
-    prompts = [run.formatter.rendered(p) for p in problems]
-    rewards = run.reward(prompts, completions, **reward_columns(problems))
-    return Scored(rollout, problems, completions, rewards)
+    def collect(self, drawn: list[DrawnPrompt] | None = None) -> tuple[RolloutBatch, list[Problem]]:
+        """Sample group_size completions for this rank's share of the drawn prompts (None: the
+        step's next prompts; every rank draws the same ones, so a group is never split)."""
+        if drawn is None:
+            drawn = self.sampler.draw(self.prompts_per_step)
+        drawn = self.dist.share(drawn)
+        prompts = self.formatter.encode([d.problem for d in drawn])
+        rollout = self.engine.generate(
+            prompts, [d.uid for d in drawn], self.group_size, self.sampling, self.generator
+        )
+        by_uid = {d.uid: d.problem for d in drawn}
+        return rollout, [by_uid[g] for g in rollout.group_ids.tolist()]
+
+    def score(self, rollout: RolloutBatch, problems: list[Problem]) -> Scored:
+        completions = self.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
+        prompts = [self.formatter.rendered(p) for p in problems]
+        rewards = self.reward(prompts, completions, **reward_columns(problems))
+        return Scored(rollout, problems, completions, rewards)
+
+    def close(self) -> None:
+        self.reward.close()
+        self.engine.close()
 
 
 def group_rewards(scored: Scored) -> dict[int, list[float]]:

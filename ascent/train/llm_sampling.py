@@ -1,4 +1,9 @@
-"""Which fresh completions a step trains on: draw prompts, roll out, score, select.
+"""Which fresh completions a step trains on: the batch sources the step loop draws from.
+
+A source turns the rollout side of a run (`Rollouts`) into one step's scored batch:
+`FreshBatches` draws, rolls out, scores and selects on the trainer's thread; `Prefetcher`
+orders the next batches ahead on a thread of its own (`[rollout] async`). Both answer `next()`
+with the batch to train on, its metrics, and every completion generated for it.
 
 - DAPO dynamic sampling (`[sampling] dynamic`, Yu et al. 2025,
   https://arxiv.org/abs/2503.14476, section 3.2): a group whose rewards are all equal has
@@ -28,26 +33,39 @@ from __future__ import annotations
 import logging
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
+from ascent.config.llm import SamplingSection
 from ascent.data import DrawnPrompt, ResampleReport
 from ascent.train.distributed import Dist
-from ascent.train.llm_rollout import Scored, collect, group_rewards, reward_metrics, score
-from ascent.train.llm_setup import LLMRun
+from ascent.train.llm_rollout import Rollouts, Scored, group_rewards, reward_metrics
 
 log = logging.getLogger("ascent.train")
 
 
-def draw_prompts(run: LLMRun, n: int) -> tuple[list[DrawnPrompt], ResampleReport | None]:
+class BatchSource(Protocol):
+    """Where a step's fresh batch comes from."""
+
+    def next(self) -> tuple[Scored, dict[str, float], Scored]:
+        """The batch to train on (before `trainable`), its metrics, and every completion
+        generated for it (dynamic sampling's dropped groups included)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def draw_prompts(src: Rollouts, n: int) -> tuple[list[DrawnPrompt], ResampleReport | None]:
     """The next `n` prompts; with history resampling, an epoch that cannot fill the draw
     ends first and the next one starts over the resampled pool."""
     report = None
-    if run.history is not None and run.sampler.remaining() < n:
-        pool, report = run.history.end_epoch(run.sampler.epoch, run.sampler.pool, min_pool=n)
-        run.sampler.start_epoch(pool)
-    return run.sampler.draw(n), report
+    sampler = src.sampler
+    if src.history is not None and sampler.remaining() < n:
+        pool, report = src.history.end_epoch(sampler.epoch, sampler.pool, min_pool=n)
+        sampler.start_epoch(pool)
+    return sampler.draw(n), report
 
 
-def record_history(run: LLMRun, scored: Scored, drawn: list[DrawnPrompt]) -> None:
+def record_history(src: Rollouts, scored: Scored, drawn: list[DrawnPrompt]) -> None:
     """Add every scored rollout's reward and correctness (on every rank) to its prompt's
     history, so that all ranks keep the same history and resample the same pool."""
     index = {d.uid: d.index for d in drawn}
@@ -59,9 +77,9 @@ def record_history(run: LLMRun, scored: Scored, drawn: list[DrawnPrompt]) -> Non
         if total is not None:
             rewards.setdefault(g, []).append(total)
             correct.setdefault(g, []).append(ok)
-    for part in run.dist.gather((rewards, correct)):
+    for part in src.dist.gather((rewards, correct)):
         for g in sorted(part[0]):
-            run.history.record(index[g], part[0][g], part[1][g])
+            src.history.record(index[g], part[0][g], part[1][g])
 
 
 def informative(scored: Scored) -> tuple[Scored, int]:
@@ -82,64 +100,69 @@ def first_groups(scored: Scored, n: int, dist: Dist | None = None) -> Scored:
     return scored.subset([i for i, g in enumerate(ids) if g in wanted])
 
 
-def _global_counts(run: LLMRun, batch: Scored, dropped: int) -> tuple[int, int]:
+def _global_counts(dist: Dist, batch: Scored, dropped: int) -> tuple[int, int]:
     """Informative groups in `batch` and groups `dropped`, summed over ranks."""
-    kept, dropped_all = run.dist.all_sum([float(len(group_rewards(batch))), float(dropped)])
+    kept, dropped_all = dist.all_sum([float(len(group_rewards(batch))), float(dropped)])
     return int(kept), int(dropped_all)
 
 
-def _round(run: LLMRun, n: int, reports: list[ResampleReport]) -> Scored:
-    drawn, report = draw_prompts(run, n)
-    if report is not None:
-        reports.append(report)
-    scored = score(run, *collect(run, drawn))
-    if run.history is not None:
-        record_history(run, scored, drawn)
-    return scored
+class FreshBatches:
+    """Each step's batch sampled now, by the weights the trainer has, with DAPO dynamic
+    sampling and SRPO history resampling when `[sampling]` asks for them."""
 
+    def __init__(self, src: Rollouts, cfg: SamplingSection) -> None:
+        self.src = src
+        self.cfg = cfg
 
-def sample_batch(run: LLMRun) -> tuple[Scored, dict[str, float], Scored]:
-    """The step's fresh scored completions (before `trainable`), their metrics, and every
-    completion generated in the step (dynamic sampling's dropped groups included)."""
-    if run.prefetcher is not None:
-        scored = run.prefetcher.take(run)
-        return scored, reward_metrics(scored, run.dist, run.reflection), scored
-    n, cfg = run.prompts_per_step, run.cfg.sampling
-    reports: list[ResampleReport] = []
-    generated = [_round(run, n, reports)]
-    batch, metrics = generated[0], {}
-    if cfg.dynamic:
-        batch, dropped = informative(generated[0])
-        kept, dropped = _global_counts(run, batch, dropped)
-        while kept < n and len(generated) <= cfg.max_rounds:
-            generated.append(_round(run, n, reports))
-            more, more_dropped = informative(generated[-1])
-            batch = Scored.concat([batch, more], run.tokenizer.pad_token_id)
-            kept, round_dropped = _global_counts(run, batch, more_dropped)
-            dropped += round_dropped
-        if kept < n:
-            log.warning(
-                "dynamic sampling: %d of %d groups had mixed rewards after %d extra rounds "
-                "([sampling] max_rounds); training on those. All-equal groups dominate: the "
-                "task is too easy or too hard for the policy, or raise max_rounds",
-                kept, n, cfg.max_rounds,
-            )  # fmt: skip
-        batch = first_groups(batch, n, run.dist)
-        metrics = {
-            "dynamic/rounds": float(len(generated) - 1),
-            "dynamic/dropped_groups": float(dropped),
-            "dynamic/kept_groups": float(min(kept, n)),
-        }
-    everything = Scored.concat(generated, run.tokenizer.pad_token_id)
-    metrics = {**reward_metrics(everything, run.dist, run.reflection), **metrics}
-    for report in reports:
-        metrics.update(report.metrics())
-    return batch, metrics, everything
+    def _round(self, n: int, reports: list[ResampleReport]) -> Scored:
+        drawn, report = draw_prompts(self.src, n)
+        if report is not None:
+            reports.append(report)
+        scored = self.src.score(*self.src.collect(drawn))
+        if self.src.history is not None:
+            record_history(self.src, scored, drawn)
+        return scored
+
+    def next(self) -> tuple[Scored, dict[str, float], Scored]:
+        src, cfg, n = self.src, self.cfg, self.src.prompts_per_step
+        reports: list[ResampleReport] = []
+        generated = [self._round(n, reports)]
+        batch, metrics = generated[0], {}
+        if cfg.dynamic:
+            batch, dropped = informative(generated[0])
+            kept, dropped = _global_counts(src.dist, batch, dropped)
+            while kept < n and len(generated) <= cfg.max_rounds:
+                generated.append(self._round(n, reports))
+                more, more_dropped = informative(generated[-1])
+                batch = Scored.concat([batch, more], src.tokenizer.pad_token_id)
+                kept, round_dropped = _global_counts(src.dist, batch, more_dropped)
+                dropped += round_dropped
+            if kept < n:
+                log.warning(
+                    "dynamic sampling: %d of %d groups had mixed rewards after %d extra rounds "
+                    "([sampling] max_rounds); training on those. All-equal groups dominate: the "
+                    "task is too easy or too hard for the policy, or raise max_rounds",
+                    kept, n, cfg.max_rounds,
+                )  # fmt: skip
+            batch = first_groups(batch, n, src.dist)
+            metrics = {
+                "dynamic/rounds": float(len(generated) - 1),
+                "dynamic/dropped_groups": float(dropped),
+                "dynamic/kept_groups": float(min(kept, n)),
+            }
+        everything = Scored.concat(generated, src.tokenizer.pad_token_id)
+        metrics = {**reward_metrics(everything, src.dist, src.reflection), **metrics}
+        for report in reports:
+            metrics.update(report.metrics())
+        return batch, metrics, everything
+
+    def close(self) -> None:
+        pass
 
 
 class Prefetcher:
-    """Asynchronous rollouts (`[rollout] async`): the next `max_staleness` batches are
-    generated and scored on a background thread while the trainer updates on this one.
+    """Asynchronous rollouts (`[rollout] async`): the next `depth` (max_staleness) batches
+    are generated and scored on a background thread while the trainer updates on this one.
 
     Prompts are drawn on the trainer's thread when a batch is ordered, so the sampler is never
     used by two threads. A batch ordered before an update is sampled by the weights before it:
@@ -148,22 +171,24 @@ class Prefetcher:
     when a run stops are dropped (their prompts are not drawn again on resume).
     """
 
-    def __init__(self, run: LLMRun) -> None:
-        self.depth = run.cfg.rollout.max_staleness
+    def __init__(self, src: Rollouts, depth: int) -> None:
+        self.src = src
+        self.depth = depth
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="ascent-rollout")
         self.queue: deque[Future[Scored]] = deque()
 
-    def _order(self, run: LLMRun) -> None:
-        drawn = run.sampler.draw(run.prompts_per_step)
-        self.queue.append(self.pool.submit(lambda: score(run, *collect(run, drawn))))
+    def _order(self) -> None:
+        src = self.src
+        drawn = src.sampler.draw(src.prompts_per_step)
+        self.queue.append(self.pool.submit(lambda: src.score(*src.collect(drawn))))
 
-    def take(self, run: LLMRun) -> Scored:
+    def next(self) -> tuple[Scored, dict[str, float], Scored]:
         if not self.queue:
-            self._order(run)
+            self._order()
         scored = self.queue.popleft().result()
         while len(self.queue) < self.depth:
-            self._order(run)
-        return scored
+            self._order()
+        return scored, reward_metrics(scored, self.src.dist, self.src.reflection), scored
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

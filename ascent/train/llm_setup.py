@@ -9,6 +9,10 @@ interfaces and typed batches:
     engine     RolloutEngine                             generate, sync_weights
     reward     CompositeReward                           scores completions
 
+The engine and the reward are reached through the run's rollout side (`Rollouts`: with the
+prompt sampler, the formatter and the sampling generator), which the step's batch source
+(`FreshBatches`, or `Prefetcher` for async rollouts) draws from.
+
 The algorithm's named parts are looked up once (`parts.py`), and the optional parts of a
 recipe are objects that exist or not: a critic, a reward history (SRPO history resampling),
 a positive-replay buffer (VAPO-style replay). On several ranks the actor, critic and
@@ -19,10 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -53,54 +55,76 @@ from ascent.train.actor import Actor, ActorHead, ValueHeadState
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist
 from ascent.train.llm_preflight import check_memory
+from ascent.train.llm_replay import PositiveReplay
+from ascent.train.llm_rollout import Rollouts
+from ascent.train.llm_sampling import BatchSource, FreshBatches, Prefetcher
 from ascent.train.parts import AlgorithmParts, algorithm_parts, with_engine_correction
 from ascent.train.reference import AdapterReference, ModelReference, Reference
 from ascent.train.sharding import shard_model
 
-if TYPE_CHECKING:
-    from ascent.train.llm_replay import PositiveReplay
-    from ascent.train.llm_sampling import Prefetcher
-
 
 @dataclass
 class LLMRun:
-    """The live objects of one run (mutable: weights, optimiser and streams advance)."""
+    """The live objects of one run (mutable: weights, optimiser and streams advance).
+
+    The rollout side (`rollouts`) and where each step's batch comes from (`source`) are
+    objects of their own: what samples never holds the trainer's workers."""
 
     cfg: LLMConfig
     dist: Dist
     actor: Actor
     reference: Reference | None  # only when kl_coef > 0
     tokenizer: PreTrainedTokenizerBase
-    engine: RolloutEngine
-    reward: CompositeReward
     task: TaskData
-    sampler: PromptSampler
-    generator: torch.Generator  # this rank's sampling stream (its state is checkpointed)
     parts: AlgorithmParts
-    sampling: SamplingParams
-    formatter: PromptFormatter  # problem -> the text and token ids the policy sees
+    rollouts: Rollouts
+    source: BatchSource
     critic: CriticWorker | None = None  # value-based estimators only
-    history: RewardHistory | None = None  # [sampling] history_resampling only
     replay: PositiveReplay | None = None  # [sampling] replay_ratio > 0 only
     version: int = 0  # optimiser updates of the policy so far (the engine samples with it)
-    reflection: re.Pattern[str] | None = None  # [logging] reflection_words, for the metrics
-    prefetcher: Prefetcher | None = None  # [rollout] async only
 
     def close(self) -> None:
         """Stop what runs beside the trainer: prefetching, reward workers, engines."""
-        if self.prefetcher is not None:
-            self.prefetcher.close()
-        self.reward.close()
-        self.engine.close()
+        self.source.close()
+        self.rollouts.close()
 
     @property
     def device(self) -> torch.device:
         return self.dist.device
 
+    # The rollout side's parts, read-only, for the loop, checkpoints and evaluation.
+    @property
+    def engine(self) -> RolloutEngine:
+        return self.rollouts.engine
+
+    @property
+    def reward(self) -> CompositeReward:
+        return self.rollouts.reward
+
+    @property
+    def sampler(self) -> PromptSampler:
+        return self.rollouts.sampler
+
+    @property
+    def history(self) -> RewardHistory | None:
+        return self.rollouts.history
+
+    @property
+    def generator(self) -> torch.Generator:
+        return self.rollouts.generator
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.rollouts.sampling
+
     @property
     def prompts_per_step(self) -> int:
-        """Fresh prompts per step over all ranks: the batch less its replayed rows, in groups."""
-        return (self.cfg.train.batch_size - self.cfg.replay_rows) // self.cfg.rollout.group_size
+        return self.rollouts.prompts_per_step
+
+
+def prompts_per_step(cfg: LLMConfig) -> int:
+    """Fresh prompts per step over all ranks: the batch less its replayed rows, in groups."""
+    return (cfg.train.batch_size - cfg.replay_rows) // cfg.rollout.group_size
 
 
 def updates_per_step(cfg: LLMConfig) -> int:
@@ -269,8 +293,6 @@ def _reward(cfg: LLMConfig) -> CompositeReward:
 def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
     """Load models and data, and build the workers, the reward and the samplers (on this
     rank of `dist`; a device means one process on it)."""
-    from ascent.train.llm_replay import PositiveReplay
-
     if isinstance(dist, torch.device):
         dist = Dist.single(dist)
     tokenizer = load_tokenizer(cfg.model)
@@ -296,28 +318,37 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
         started.callback(reward.close)
         if not engine.exact_logprobs or cfg.rollout.async_:
             parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)
+        rollouts = Rollouts(
+            dist=dist,
+            sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
+            formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
+            engine=engine,
+            tokenizer=tokenizer,
+            reward=reward,
+            sampling=SamplingParams.from_config(cfg.rollout),
+            generator=torch.Generator(device=dist.device).manual_seed(cfg.run.seed + dist.rank),
+            group_size=cfg.rollout.group_size,
+            prompts_per_step=prompts_per_step(cfg),
+            history=RewardHistory() if s.history_resampling else None,
+            reflection=reflection_pattern(cfg.logging.reflection_words),
+        )
+        source: BatchSource = (
+            Prefetcher(rollouts, cfg.rollout.max_staleness)
+            if cfg.rollout.async_
+            else FreshBatches(rollouts, cfg.sampling)
+        )
         run = LLMRun(
             cfg=cfg,
             dist=dist,
             actor=actor,
             reference=_reference(cfg, actor, parts, dist),
             tokenizer=tokenizer,
-            engine=engine,
-            reward=reward,
             task=task,
-            sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
-            generator=torch.Generator(device=dist.device).manual_seed(cfg.run.seed + dist.rank),
             parts=parts,
-            sampling=SamplingParams.from_config(cfg.rollout),
-            formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
+            rollouts=rollouts,
+            source=source,
             critic=_critic(cfg, actor, parts, dist),
-            history=RewardHistory() if s.history_resampling else None,
             replay=replay,
-            reflection=reflection_pattern(cfg.logging.reflection_words),
         )
-        if cfg.rollout.async_:
-            from ascent.train.llm_sampling import Prefetcher
-
-            run.prefetcher = Prefetcher(run)
         started.pop_all()
     return run

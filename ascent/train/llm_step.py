@@ -1,8 +1,9 @@
 """One RL step: the controller over the role workers, in the order data flows: prompts ->
 rollouts -> rewards -> advantages -> update -> metrics.
 
-    sample_batch      engine.generate + reward: prompts -> scored rollouts, with dynamic
-                      sampling and history resampling when asked for (llm_sampling.py)
+    source.next       the run's batch source (llm_sampling.py): engine.generate + reward,
+                      prompts -> scored rollouts, with dynamic sampling and history
+                      resampling when asked for, or prefetched ahead (async)
     trainable         rows with a reward (and, for GRPO, a group to compare with)
     positive replay   a share of the batch drawn from past correct completions (llm_replay.py)
     make_train_batch  actor / reference / critic forward passes -> overlong and KL penalties
@@ -52,13 +53,10 @@ from ascent.train.critic import value_metrics
 from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import (  # noqa: F401  (the step's vocabulary, re-exported)
     Scored,
-    collect,
     reward_metrics,
     sample_rows,
-    score,
     trainable,
 )
-from ascent.train.llm_sampling import sample_batch
 from ascent.train.llm_setup import LLMRun, updates_per_step
 from ascent.train.train_batch import TrainBatch
 
@@ -219,7 +217,7 @@ def in_critic_warmup(run: LLMRun, step: int) -> bool:
 def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     """Run one step; return its metrics and this rank's scored batch (for sample dumps)."""
     t0 = time.perf_counter()
-    scored, metrics, generated = sample_batch(run)
+    scored, metrics, generated = run.source.next()
     sampled_by = int(scored.rollout.versions.min()) if len(scored) else run.version
     metrics["policy_version"] = float(sampled_by)
     metrics["staleness"] = float(run.version - sampled_by)

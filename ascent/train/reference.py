@@ -18,10 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from ascent.config.llm import TrainSection
-from ascent.models.forward import response_logprobs
 from ascent.rollout import RolloutBatch
 from ascent.train.actor import Actor
 from ascent.train.distributed import Dist
+from ascent.train.forward import response_logprobs
 from ascent.train.updates import per_micro_batch
 
 

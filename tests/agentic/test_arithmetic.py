@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.data.arithmetic import arithmetic_problem
 from ascent.rewards.judge import StdioTest
 from ascent.rollout.agentic.arithmetic import column_check

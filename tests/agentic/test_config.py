@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 
 ON = ["agentic.enabled=true", 'agentic.roles.hypothesis="off"', 'agentic.roles.testgen="scripted"',

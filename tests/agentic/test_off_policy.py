@@ -19,7 +19,7 @@ import math
 import pytest
 import torch
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.rollout.agentic.rows import build_rows
 from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
 from ascent.train.agentic_step import credit_batch

@@ -13,13 +13,13 @@ import time
 import pytest
 import torch
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.data import DrawnPrompt, Problem
-from ascent.models.forward import response_logprobs
 from ascent.rollout.agentic.producer import EpisodeProducer
 from ascent.rollout.agentic.roles import PolicyBatcher
 from ascent.rollout.agentic.rows import build_rows
 from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
+from ascent.train.forward import response_logprobs
 from ascent.train.llm_setup import build_run, make_engine
 
 

@@ -9,8 +9,8 @@ import signal
 import pytest
 import torch
 
-from ascent.config import load_config
 from ascent.config.rewards import SandboxSection
+from ascent.configfile import load_config
 from ascent.errors import AscentError
 from ascent.rollout.agentic.producer import Group
 from ascent.rollout.agentic.transcript import Episode

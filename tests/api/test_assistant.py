@@ -9,8 +9,8 @@ import pytest
 
 from ascent.api import ApiClient, KeySource, RetryPolicy, RoleSpec, UsageLedger
 from ascent.api.assistant import SYSTEM_PROMPT, LogAssistant, assistant_session
-from ascent.config import load_config
 from ascent.config.api import AssistantSection
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 from tests.api.conftest import KEY, KEY_VAR, leaks
 from tests.api.scripted_server import Reply, chat_body, ok

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from ascent.api import KeySource, Secret, normalize_base_url, redact, resolve_roles
 from ascent.api.diagnoses import KeyLooksLikeNameError, KeyMissingError
-from ascent.config import LLMConfig, load_config
+from ascent.config import LLMConfig
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 from tests.api.conftest import KEY, leaks
 

@@ -18,10 +18,10 @@ import openai
 import pytest
 
 from ascent.api import diagnoses as d
-from ascent.api.local_policy import LocalPolicy, find_model_dir
-from ascent.api.server import Batcher, Generation, GenParams, PolicyServer
-from ascent.api.wire import MAX_N
 from ascent.errors import AscentError
+from ascent.serve.local_policy import LocalPolicy, find_model_dir
+from ascent.serve.server import Batcher, Generation, GenParams, PolicyServer
+from ascent.serve.wire import MAX_N
 from tests.api.conftest import KEY_VAR, run
 
 MODEL = "ascent:tiny"

@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from ascent.api import diagnoses as d
-from ascent.api.batching import Generation
 from ascent.api.keys import Secret
-from ascent.api.server import PolicyServer, exposure_warning, is_loopback, read_serve_key
+from ascent.serve.batching import Generation
+from ascent.serve.server import PolicyServer, exposure_warning, is_loopback, read_serve_key
 from tests.api.conftest import KEY, KEY_VAR, chat_once, leaks, make_client, run
 
 WRONG = "sk-Wrong8RmW3vXk2PbN7yLc4TfH9sQ"  # long enough that a leak of 5 characters shows

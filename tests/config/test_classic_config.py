@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from gymnasium import spaces
 
-from ascent.config import ClassicConfig, load_config
+from ascent.config import ClassicConfig
 from ascent.config.classic import (
     ClassicOptimSection,
     ClassicTrainSection,
     EnvSection,
     unsupported_space,
 )
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

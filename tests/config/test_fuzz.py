@@ -21,7 +21,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from ascent.config import ClassicConfig, LLMConfig, load_config
+from ascent.config import ClassicConfig, LLMConfig
+from ascent.configfile import load_config
 from ascent.errors import AscentError, ConfigError
 from tests.fuzzing import FUZZ, one_line_or_success
 

@@ -27,7 +27,7 @@ def test_agentic_format_names_match_the_format_registry():
 def test_an_unknown_task_is_refused_at_load_with_the_valid_names():
     import pytest
 
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.errors import ConfigError
 
     with pytest.raises(ConfigError, match="unknown task 'countdwn' \\(did you mean 'countdown'"):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ascent.config import load_config
 from ascent.config.data import ColumnsSection
 from ascent.config.llm import DataSection
+from ascent.configfile import load_config
 from ascent.data import load_task
 from ascent.data.files import load_problems
 from ascent.errors import AscentError, ConfigError

@@ -25,9 +25,9 @@ import pytest
 import torch
 
 import ascent.recipes
-from ascent.config import load_config
 from ascent.config.data import DataSection
 from ascent.config.grade import GradeSection
+from ascent.configfile import load_config
 from ascent.data import load_task
 from ascent.errors import ConfigError
 from ascent.evaluation.grade import _graded_row

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascent.config import load_config
 from ascent.config.llm import DataSection
+from ascent.configfile import load_config
 from ascent.data import PromptSampler, is_held_out, load_task
 from ascent.errors import ConfigError
 from ascent.rewards.countdown import check_expression

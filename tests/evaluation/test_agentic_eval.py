@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.errors import AscentError, ConfigError
 from ascent.evaluation import run_eval
 from ascent.evaluation.bands import Skipped

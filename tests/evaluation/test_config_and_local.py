@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 from ascent.evaluation.problem_set import load_problem_set, resolve_problems_path
 from tests.evaluation.conftest import PROJECT, data_file, read_results, write_config

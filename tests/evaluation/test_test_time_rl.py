@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascent.config import load_config
 from ascent.config.llm_rules import eval_inert_settings
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 from ascent.evaluation import run_eval
 from ascent.evaluation import test_time_run as ttr

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from ascent.models import build_tiny_model, fused_head
-from ascent.models.forward import response_logprobs
 from ascent.models.fused_head import head_logprobs
 from ascent.rollout import SamplingParams, TransformersEngine
+from ascent.train.forward import response_logprobs
 
 
 def reference(h, w, b, y, temperature):

@@ -13,12 +13,13 @@ import torch
 from tokenizers import processors
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ascent.api.local_policy import LocalPolicy
-from ascent.api.server import PolicyServer
 from ascent.config.llm import LLMConfig
 from ascent.data import DrawnPrompt, Problem, PromptFormatter, uses_chat_template
+from ascent.serve.local_policy import LocalPolicy
+from ascent.serve.server import PolicyServer
+from ascent.train.distributed import Dist
 from ascent.train.evaluate import evaluate
-from ascent.train.llm_rollout import collect
+from ascent.train.llm_rollout import Rollouts
 
 QUESTION = "What is 17 + 25?"
 # SmolLM2-135M-Instruct's template, written out by hand for one user message.
@@ -52,21 +53,25 @@ def no_reward(prompts, completions, **columns):
 
 def trainer_ids(tokenizer, question: str = QUESTION) -> tuple[list[int], list[int]]:
     """(rollout ids, evaluation ids) of one problem, through the trainer's own code: the
-    formatter `build_run` makes from [data], `llm_rollout.collect`, `evaluate.evaluate`."""
+    formatter `build_run` makes from [data], `Rollouts.collect`, `evaluate.evaluate`."""
     data = LLMConfig().data  # prompt_template "{prompt}", chat_template "auto"
     chat = uses_chat_template(data.chat_template, tokenizer)
     formatter = PromptFormatter(data.prompt_template, tokenizer, chat)
     problem = Problem(key="q", prompt=question, answer="42")
     engine = RecordingEngine(tokenizer.eos_token_id)
-    run = SimpleNamespace(
+    rollouts = Rollouts(
+        dist=Dist.single(torch.device("cpu")),
+        sampler=None,
         formatter=formatter,
-        dist=SimpleNamespace(share=lambda drawn: drawn),
         engine=engine,
-        cfg=SimpleNamespace(rollout=SimpleNamespace(group_size=4)),
+        tokenizer=tokenizer,
+        reward=None,
         sampling=None,
         generator=None,
+        group_size=4,
+        prompts_per_step=1,
     )
-    collect(run, [DrawnPrompt(uid=7, problem=problem)])
+    rollouts.collect([DrawnPrompt(uid=7, problem=problem)])
     evaluate(engine, tokenizer, no_reward, [problem], max_new_tokens=4, formatter=formatter)
     (rollout, evaluation) = engine.prompts
     return rollout, evaluation

@@ -7,8 +7,8 @@ import copy
 import torch
 
 from ascent.models import build_tiny_model, separate_critic, trunk_of, value_head
-from ascent.models.forward import _full_logits, response_values
 from ascent.rollout import SamplingParams, TransformersEngine
+from ascent.train.forward import _full_logits, response_values
 
 
 def rollouts(model, tok):

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ascent.config import load_config
 from ascent.config.run import LoggingSection
+from ascent.configfile import load_config
 from ascent.errors import AscentError
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config import load_config
 from ascent.config.run import LoggingSection
+from ascent.configfile import load_config
 from ascent.errors import AscentError
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.trackers import IDS_FILE, run_id

@@ -9,9 +9,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from ascent.models import build_tiny_model
-from ascent.models.forward import response_logprobs
 from ascent.rollout import RolloutBatch, SamplingParams, TransformersEngine
 from ascent.rollout.decoders import StaticLlamaDecoder
+from ascent.train.forward import response_logprobs
 
 EOS, PAD = 1, 0
 

@@ -17,11 +17,11 @@ import torch
 
 pytest.importorskip("vllm")
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.errors import AscentError, ConfigError
 from ascent.models import build_tiny_model
-from ascent.models.forward import response_logprobs
 from ascent.rollout import SamplingParams, TransformersEngine, VLLMEngine
+from ascent.train.forward import response_logprobs
 from ascent.train.sharding import full_weights
 
 PROJECT = Path(__file__).resolve().parents[2]

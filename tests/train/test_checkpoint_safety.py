@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.errors import AscentError
 from ascent.rundir import RunDir, latest_checkpoint
 from ascent.train.checkpoint import STATE_FILE, check_plain, load_checkpoint, save_checkpoint

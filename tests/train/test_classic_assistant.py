@@ -19,16 +19,16 @@ from pathlib import Path
 import openai  # noqa: F401  (imported up front, as a run's first analysis would: timing)
 import pytest
 
-from ascent.api.local_policy import LocalPolicy
-from ascent.api.server import PolicyServer
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
+from ascent.serve.local_policy import LocalPolicy
+from ascent.serve.server import PolicyServer
 from tests.api.scripted_server import Reply, ScriptedServer, chat_body, ok
 from tests.fake_secrets import FAKE_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ppo_cartpole.toml"
-SEEDS = ROOT / "tests" / "config" / "seed_configs"
+SEEDS = ROOT / "tests" / "configfile" / "seed_configs"
 CHAT = "/v1/chat/completions"
 ANSWER = (  # printed as written: "[train]" and "[/x]" are not rich markup
     "The policy is improving: the mean return rose from 22 to 41. The critic is converging, "

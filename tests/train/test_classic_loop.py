@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ascent.algos import PolicyLossParams
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.models.actor_critic import ActorCritic
 from ascent.train import run_training
 from ascent.train.checkpoint import load_checkpoint

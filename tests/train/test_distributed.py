@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import collect, make_train_batch, score
+from ascent.train.llm_step import make_train_batch
 from ascent.train.train_batch import TrainBatch
 from tests.train.test_llm_loop import SHORT
 
@@ -56,7 +56,7 @@ def update_on_this_rank(overrides: list[str], batch_path: str, out_path: str) ->
 def test_one_update_on_two_ranks_equals_the_same_global_batch_on_one(tmp_path):
     overrides = [*UPDATE, f'run.output_dir="{tmp_path}"']
     run = build_run(load_config(None, overrides), torch.device("cpu"))
-    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
     assert len(batch) == 16 and len(set(batch.rollout.group_ids.tolist())) == 2
     save_batch(batch, tmp_path / "batch.safetensors")
     start = {k: v.clone() for k, v in run.actor.model.state_dict().items()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_step import rl_step
 from tests.train.test_llm_loop import config

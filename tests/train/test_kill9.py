@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.train import run_training
 from tests.train.test_llm_loop import SHORT
 

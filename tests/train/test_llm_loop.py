@@ -9,7 +9,7 @@ import signal
 import pytest
 import torch
 
-from ascent.config import load_config
+from ascent.configfile import load_config
 from ascent.models import load_policy
 from ascent.rundir import RunDir, latest_checkpoint
 from ascent.train import llm_step
@@ -17,7 +17,7 @@ from ascent.train.actor import Actor
 from ascent.train.llm import train_llm
 from ascent.train.llm_checkpoint import policy_from_checkpoint
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import collect, make_train_batch, score
+from ascent.train.llm_step import make_train_batch
 from ascent.train.reference import ModelReference
 
 SHORT = [
@@ -72,7 +72,7 @@ def test_short_grpo_run_writes_metrics_samples_checkpoints_and_summary(tmp_path)
 def test_a_finished_run_exports_its_policy_and_any_checkpoint_can_be_served(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ascent.api.local_policy import find_model_dir
+    from ascent.serve.local_policy import find_model_dir
 
     cfg = config(tmp_path)
     run_dir = RunDir.create(cfg)
@@ -143,8 +143,8 @@ def build(cfg, **parts):
 def one_update(cfg, **parts) -> dict[str, torch.Tensor]:
     """The policy's weights after one RL step from the same rollouts."""
     run = build(cfg, **parts)
-    rollout, problems = collect(run)
-    batch, _ = make_train_batch(run, score(run, rollout, problems))
+    rollout, problems = run.rollouts.collect()
+    batch, _ = make_train_batch(run, run.rollouts.score(rollout, problems))
     run.actor.update(batch, step=1)
     run.reward.close()
     return {k: v.clone() for k, v in run.actor.model.state_dict().items()}
@@ -165,8 +165,8 @@ def one_gradient(cfg, **parts) -> dict[str, torch.Tensor]:
             grads.update({n: p.grad.clone() for n, p in run.actor.model.named_parameters()})
 
     run.actor.optimizer.step = record
-    rollout, problems = collect(run)
-    batch, _ = make_train_batch(run, score(run, rollout, problems))
+    rollout, problems = run.rollouts.collect()
+    batch, _ = make_train_batch(run, run.rollouts.score(rollout, problems))
     run.actor.update(batch, step=1)
     run.reward.close()
     return grads
@@ -260,13 +260,13 @@ def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path)
     run = build_run(config(tmp_path), torch.device("cpu"))
     policy = run.actor.model
     run.reward.close()
-    run.reward = CompositeReward({"every_other": every_other}, [1.0])
+    run.rollouts.reward = CompositeReward({"every_other": every_other}, [1.0])
     metrics, scored = rl_step(run, 1)
     assert metrics["frac_unscored"] == 0.5 and "update_skipped" not in metrics
     kept = llm_step.trainable(scored, needs_groups=True)
     assert len(kept.completions) == 8 and all(t is not None for t in kept.rewards.total)
 
-    run.reward = CompositeReward({"none": lambda p, c, **_: [None] * len(c)}, [1.0])
+    run.rollouts.reward = CompositeReward({"none": lambda p, c, **_: [None] * len(c)}, [1.0])
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     metrics, _ = rl_step(run, 2)
     assert metrics["update_skipped"] == 1.0 and "reward" not in metrics

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config import LLMConfig, load_config
+from ascent.config import LLMConfig
+from ascent.configfile import load_config
 from ascent.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

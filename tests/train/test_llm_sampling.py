@@ -32,7 +32,7 @@ def flat_unless_odd(prompts, completions, **_):
 def scripted_run(tmp_path, reward, *overrides):
     run = build_run(config(tmp_path, "sampling.dynamic=true", *overrides), torch.device("cpu"))
     run.reward.close()
-    run.reward = CompositeReward({"scripted": reward}, [1.0])
+    run.rollouts.reward = CompositeReward({"scripted": reward}, [1.0])
     return run
 
 

@@ -73,7 +73,7 @@ def test_a_stage_ends_on_a_plateau_and_the_summary_says_why(tmp_path):
 def test_plateau_settings_need_evaluations():
     import pytest
 
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.errors import ConfigError
 
     with pytest.raises(ConfigError, match="plateau_patience: a plateau is judged on evaluations"):

@@ -111,7 +111,7 @@ def test_the_same_model_fits_a_laptop_with_short_completions_and_not_a_small_vm(
 ):
     """The check refuses what cannot fit, not every real model: SmolLM2 with 64-token
     completions (about 5 GiB) passes with 16,000 MiB available and is refused with 2,000."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
     from ascent.errors import AscentError
     from ascent.train import llm_preflight
     from ascent.train.distributed import Dist

@@ -13,8 +13,8 @@ import torch
 pytest.importorskip("ray")
 import ray
 
-from ascent.config import load_config
 from ascent.config.cluster import ClusterSection
+from ascent.configfile import load_config
 from ascent.errors import AscentError, ConfigError
 from ascent.rundir import RunDir
 from ascent.train import llm
@@ -192,7 +192,7 @@ def test_asynchronous_rollouts_stay_within_max_staleness(tmp_path):
 
 
 def test_doctor_checks_the_cluster_its_resources_and_ray_versions():
-    from ascent.api.doctor import run_doctor
+    from ascent.doctor.checks import run_doctor
 
     good = {c.name: c for c in run_doctor(None, [*RAY[:3], "cluster.cpus_per_rollout=0.5"])}
     assert good["cluster"].status == "ok" and "1 node(s), 4 CPUs" in good["cluster"].detail
@@ -205,8 +205,8 @@ def test_doctor_checks_the_cluster_its_resources_and_ray_versions():
 
 def test_a_node_on_another_ray_is_refused_by_a_run_and_failed_by_doctor(monkeypatch):
     # One Ray version per machine here: the other node's report is the one thing faked.
-    from ascent.api.doctor import run_doctor
     from ascent.cluster import runtime
+    from ascent.doctor.checks import run_doctor
 
     real = runtime.node_versions
     monkeypatch.setattr(runtime, "node_versions", lambda r: real(r) | {"10.0.0.2": "2.0.0"})

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ascent.config import load_config
-from ascent.config.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
+from ascent.configfile import load_config
+from ascent.configfile.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
 from ascent.errors import AscentError
 from ascent.rundir import RunDir
 from ascent.train.checkpoint import save_checkpoint

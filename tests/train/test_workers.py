@@ -8,9 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ascent.models import build_tiny_model
-from ascent.models.forward import response_logprobs
+from ascent.train.forward import response_logprobs
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import collect, make_train_batch, score
+from ascent.train.llm_step import make_train_batch
 from ascent.train.reference import AdapterReference
 from tests.train.test_llm_loop import config
 
@@ -38,9 +38,9 @@ def lora_run(tmp_path):
 def test_a_lora_reference_is_the_base_model_under_the_adapters_not_a_copy(lora_run):
     run, base = lora_run
     assert isinstance(run.reference, AdapterReference)
-    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)  # the adapters move away from zero
-    rollout, _ = collect(run)
+    rollout, _ = run.rollouts.collect()
     with torch.no_grad():
         expected = response_logprobs(base, rollout, run.parts.temperature)[0]
     mask = rollout.response_mask.bool()
@@ -51,12 +51,12 @@ def test_a_lora_reference_is_the_base_model_under_the_adapters_not_a_copy(lora_r
 
 def test_the_weight_stream_is_the_plain_model_with_the_adapters_merged(lora_run):
     run, base = lora_run
-    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)
     merged = dict(run.actor.weights())
     assert set(merged) == {n for n, _ in base.named_parameters(remove_duplicate=False)}
     base.load_state_dict(merged, strict=False)
-    rollout, _ = collect(run)
+    rollout, _ = run.rollouts.collect()
     with torch.no_grad():
         plain = response_logprobs(base, rollout, run.parts.temperature)[0]
     mask = rollout.response_mask.bool()
@@ -72,7 +72,7 @@ def test_an_engine_with_its_own_lora_copy_is_synced_with_the_adapters_alone(lora
     run, _ = lora_run
     own = make_engine(run.cfg, run.actor, run.tokenizer, own_copy=True)
     assert own.takes_adapters and not run.engine.takes_adapters
-    batch, _ = make_train_batch(run, score(run, *collect(run)))
+    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)
     sent = dict(run.actor.weights(own.takes_adapters))
     assert sent and all(".lora_" in name for name in sent)

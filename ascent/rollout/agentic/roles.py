@@ -22,7 +22,7 @@ import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.api import ApiClient, ApiError
-from ascent.evaluation.policy import FATAL_ERRORS
+from ascent.api.failures import FATAL_ERRORS
 from ascent.rollout.engine import RolloutEngine
 from ascent.rollout.sampling import SamplingParams
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import tomli_w
 
-from ascent.config import aliases
-from ascent.config.aliases import Kind
+from ascent.configfile import aliases
+from ascent.configfile.aliases import Kind
 from ascent.errors import one_line
 
 _TOML_SCALARS = (str, int, float, bool, datetime.date, datetime.time)  # datetime is a date

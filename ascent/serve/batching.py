@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-log = logging.getLogger("ascent.api.server")
+log = logging.getLogger("ascent.serve.server")
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from ascent.api.client import ApiClient
-from ascent.api.doctor import NO_ASSISTANT
 from ascent.api.failures import ApiError
 from ascent.config.classic import ClassicConfig
 from ascent.config.llm import LLMConfig
+from ascent.doctor.checks import NO_ASSISTANT
 from ascent.errors import ConfigError
 
 PROMPT = "Reply with the single word: ok"

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ascent.config import aliases
-from ascent.config.aliases import Alias, Kind, label
-from ascent.config.loader import YAML_SUFFIXES, config_from_data, tomllib
-from ascent.config.migrate_read import read_any
-from ascent.config.migrate_toml import emit, nest, tomlable
-from ascent.config.secrets import holds_secret, redact, secret_name, shown
-from ascent.config.settings_json import (
+from ascent.configfile import aliases
+from ascent.configfile.aliases import Alias, Kind, label
+from ascent.configfile.loader import YAML_SUFFIXES, config_from_data, tomllib
+from ascent.configfile.migrate_read import read_any
+from ascent.configfile.migrate_toml import emit, nest, tomlable
+from ascent.configfile.secrets import holds_secret, redact, secret_name, shown
+from ascent.configfile.settings_json import (
     SETTINGS_FILE,
     check_endpoints,
     merge_settings_json,

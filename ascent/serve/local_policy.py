@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ascent.api.batching import Generation, GenParams
 from ascent.errors import AscentError
 from ascent.models.loading import has_tokenizer_files
 from ascent.models.prompting import continuation_ids, has_chat_template, prompt_ids, render_chat
+from ascent.serve.batching import Generation, GenParams
 
 BUILTIN_PREFIX = "ascent:"
 
@@ -59,8 +59,8 @@ def find_model_dir(target: str | Path) -> Path:
 def _run_model(path: Path) -> Any | None:
     """The LLM `[model]` section of the run `path` (a checkpoint or model directory) lies in:
     the nearest config.toml at or above it; None when there is none or it is not an LLM run."""
-    from ascent.config import load_config
     from ascent.config.llm import LLMConfig
+    from ascent.configfile import load_config
 
     for parent in [path.resolve(), *list(path.resolve().parents)[:3]]:
         if (parent / "config.toml").is_file():
@@ -98,7 +98,7 @@ def run_tokenizer(model_dir: Path) -> str | None:
 
 
 class LocalPolicy:
-    """A `Generator` (see ascent.api.server) over a transformers causal LM."""
+    """A `Generator` (see ascent.serve.server) over a transformers causal LM."""
 
     def __init__(self, model: Any, tokenizer: Any, name: str, source: str) -> None:
         self.model = model

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import tomli_w
 
-from ascent.config import ClassicConfig, LLMConfig, load_config
-from ascent.config.loader import tomllib
-from ascent.config.migrate import _check, migrate_file
-from ascent.config.migrate_read import read_any
+from ascent.config import ClassicConfig, LLMConfig
+from ascent.configfile import load_config
+from ascent.configfile.loader import tomllib
+from ascent.configfile.migrate import _check, migrate_file
+from ascent.configfile.migrate_read import read_any
 from ascent.errors import ConfigError
 from tests.fake_secrets import FAKE_KEY
 

@@ -55,7 +55,7 @@ class Check:
 
 def run_doctor(config: str | Path | None, overrides: Sequence[str] = ()) -> list[Check]:
     """Every check, in order; a failing check never stops the ones after it."""
-    from ascent.config import load_config
+    from ascent.configfile import load_config
 
     checks: list[Check] = []
     try:

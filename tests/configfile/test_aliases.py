@@ -11,8 +11,8 @@ import pytest
 
 from ascent.api import KeySource, resolve_roles
 from ascent.api.client import ApiClient
-from ascent.config import aliases, load_config
-from ascent.config.aliases import ALIASES, find, is_key, keys_of, sections
+from ascent.configfile import aliases, load_config
+from ascent.configfile.aliases import ALIASES, find, is_key, keys_of, sections
 from ascent.errors import ConfigError
 
 

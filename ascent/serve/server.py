@@ -2,7 +2,7 @@
 
     POST /v1/chat/completions   POST /v1/completions   GET /v1/models   (also without /v1)
 
-The server needs one thing from the model, a `Generator` (ascent.api.batching): a batch of
+The server needs one thing from the model, a `Generator` (ascent.serve.batching): a batch of
 prompts in, one `Generation` per prompt out. Concurrent requests with the same sampling
 settings are gathered by `Batcher` into ONE generate call (up to `max_batch` prompts), which
 is what makes a local model usable by agentic roles with many episodes in flight.
@@ -30,10 +30,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ascent.api.batching import Batcher, Generation, Generator, GenParams
 from ascent.api.failures import KeyMissingError
 from ascent.api.keys import KeySource, Secret, mask_secret
-from ascent.api.wire import (
+from ascent.config.api import ENV_NAME, looks_like_key
+from ascent.errors import AscentError
+from ascent.serve.batching import Batcher, Generation, Generator, GenParams
+from ascent.serve.wire import (
     RequestError,
     check_supported,
     choices_param,
@@ -41,8 +43,6 @@ from ascent.api.wire import (
     sampling_params,
     stream_events,
 )
-from ascent.config.api import ENV_NAME, looks_like_key
-from ascent.errors import AscentError
 
 __all__ = [
     "DEFAULT_HOST",
@@ -59,7 +59,7 @@ __all__ = [
     "serve_forever",
 ]
 
-log = logging.getLogger("ascent.api.server")
+log = logging.getLogger("ascent.serve.server")
 
 # `ascent serve`'s defaults; its --host / --port / --max-batch options take them from here.
 DEFAULT_HOST = "127.0.0.1"  # loopback: nothing outside this machine can reach the policy
@@ -338,8 +338,8 @@ def serve_forever(
     `api_key_env` names the variable holding the key every request must carry; it is read
     here, once, before the model loads.
     """
-    from ascent.api.local_policy import LocalPolicy
-    from ascent.train.runtime import configure_cpu
+    from ascent.runtime import configure_cpu
+    from ascent.serve.local_policy import LocalPolicy
 
     key = None if api_key_env is None else read_serve_key(api_key_env)
     configure_cpu()  # torch's default thread count collapses when requests and scoring share cores

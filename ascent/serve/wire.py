@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from ascent.api.batching import Generation, GenParams
+from ascent.serve.batching import Generation, GenParams
 
 
 class RequestError(Exception):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from ascent.config.docs import DOCS_PATH, render
+from ascent.configfile.docs import DOCS_PATH, render
 
 
 def test_config_reference_is_up_to_date():
-    assert DOCS_PATH.is_file(), "run: python -m ascent.config.docs --write"
+    assert DOCS_PATH.is_file(), "run: python -m ascent.configfile.docs --write"
     assert DOCS_PATH.read_text() == render(), (
-        "docs/config.md is out of date; regenerate it with: python -m ascent.config.docs --write"
+        "docs/config.md is out of date; regenerate it with: "
+        "python -m ascent.configfile.docs --write"
     )
 
 

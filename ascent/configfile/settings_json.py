@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from ascent.config.api import VERSION_SEGMENT, ApiSection, key_shaped, mask_secret
 from ascent.config.run import LoggingSection, RunSection
-from ascent.config.secrets import shown
+from ascent.configfile.secrets import shown
 from ascent.errors import ConfigError, did_you_mean
 
 SETTINGS_FILE = "settings.json"

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ascent.config.loader import YAML_SUFFIXES, read_toml
+from ascent.configfile.loader import YAML_SUFFIXES, read_toml
 from ascent.errors import ConfigError
 
 MAX_DEPTH = 32  # tables and lists within each other; ascent's configs nest 4 deep

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config import ClassicConfig, LLMConfig, load_config
-from ascent.config.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
+from ascent.config import ClassicConfig, LLMConfig
+from ascent.configfile import load_config
+from ascent.configfile.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
 from ascent.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

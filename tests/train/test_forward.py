@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ascent.models import build_tiny_model
-from ascent.models.forward import _full_logits, response_logprobs
 from ascent.rollout import SamplingParams, TransformersEngine
+from ascent.train.forward import _full_logits, response_logprobs
 
 
 def test_shared_prompt_forward_matches_plain_forward_in_value_and_gradient():
