@@ -370,16 +370,11 @@ def world_size_rules(cfg: LLMSections, world: int) -> None:
             f"[sampling] replay_ratio: {cfg.replay_rows} replayed rows per step cannot be shared "
             f"by {world} ranks; choose a ratio whose row count is a multiple of {world}"
         )
-    refused = {
-        "[agentic] enabled": cfg.agentic.enabled,
-        '[critic] architecture = "head"': cfg.critic.architecture == "head",
-        "[model.lora] enabled": cfg.model.lora.enabled,
-    }
-    for what, on in refused.items():
-        if on:
-            raise ValueError(
-                f"{what}: not supported on several ranks yet; run it in one process (no --nproc)"
-            )
+    if cfg.agentic.enabled:
+        raise ValueError(
+            "[agentic] enabled: not supported on several ranks yet; run it in one process "
+            "(no --nproc)"
+        )
 
 
 def async_settings(cfg: LLMSections) -> None:

@@ -149,16 +149,17 @@ def _load_hint(what: str, source: str, err: Exception) -> str:
     )
 
 
-def load_policy(cfg: ModelSection, device: torch.device) -> PreTrainedModel:
+def load_policy(cfg: ModelSection, device: torch.device, seed: int = 0) -> PreTrainedModel:
     """The policy to train: float32 weights from `name_or_path` (the master copy; the forward
-    runs in the compute dtype), in train mode without dropout, with optional LoRA; a Llama
-    block's MLP and norms keep less for the backward (lean.py)."""
+    runs in the compute dtype), in train mode without dropout, with optional LoRA (its
+    adapters drawn from `seed`); a Llama block's MLP and norms keep less for the backward
+    (lean.py)."""
     model = _from_pretrained(resolve_model_path(cfg.name_or_path), cfg, device, torch.float32)
     lean_activations(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora.enabled:
-        model = add_lora(model, cfg.lora)
+        model = add_lora(model, cfg.lora, seed)
     model.train()
     return model
 
@@ -204,9 +205,13 @@ def load_critic(
     return critic
 
 
-def add_lora(model: PreTrainedModel, lora: LoraSection) -> PreTrainedModel:
+def add_lora(model: PreTrainedModel, lora: LoraSection, seed: int = 0) -> PreTrainedModel:
     """`model` wrapped in fresh LoRA adapters as `[model.lora]` says (dropout off: RL needs
-    the sampler's log-probs)."""
+    the sampler's log-probs).
+
+    The adapters' random start is drawn from `seed` alone, whatever the process drew before:
+    ranks that shard one policy must start from the same adapters (each keeps its shard of
+    its own draw), and a run must not depend on what loading consumed."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
@@ -220,6 +225,9 @@ def add_lora(model: PreTrainedModel, lora: LoraSection) -> PreTrainedModel:
         target_modules=list(lora.target_modules),
         task_type="CAUSAL_LM",
     )
-    wrapped = get_peft_model(model, config)
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        wrapped = get_peft_model(model, config)
     disable_dropout(wrapped)
     return wrapped

@@ -182,6 +182,7 @@ class Actor:
         stats.add({"loss": total})
         if self.head is not None:
             head_params = [p for p in self.head.model.head.parameters() if p.requires_grad]
+            self._average_over_ranks(head_params)
             norm = clip_and_norm(head_params, self.train.max_grad_norm)
             stats.add({"critic_grad_norm": norm, "critic_lr": self.head.scheduler.get_last_lr()[0]})
             self.head.optimizer.step()
@@ -192,6 +193,18 @@ class Actor:
             stats.add({"grad_norm": norm, "lr": self.scheduler.get_last_lr()[0]})
             self.optimizer.step()
             self.scheduler.step()
+
+    def _average_over_ranks(self, params: list[nn.Parameter]) -> None:
+        """The mean over ranks of the gradients of parameters every rank holds whole (a
+        value head): what FSDP2 does for the sharded ones, so that every rank takes the same
+        step and the head stays one head."""
+        if not self.dist.distributed:
+            return
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            torch.distributed.all_reduce(p.grad)
+            p.grad /= self.dist.world_size
 
     def _policy_terms(
         self, batch: TrainBatch, scale: Any, nll_scale: Any

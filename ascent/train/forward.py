@@ -68,7 +68,8 @@ def _sharded(model: nn.Module) -> bool:
     the backward of the last one only, so one module may not run twice in a graph."""
     from torch.distributed.fsdp import FSDPModule
 
-    return isinstance(model, FSDPModule)
+    # A value head on a sharded policy is no FSDP module itself: its trunk's layers are.
+    return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
 def _full_logits(model: nn.Module, batch: RolloutBatch) -> Tensor:

@@ -219,10 +219,10 @@ def _engine_context(
 
 def _actor(cfg: LLMConfig, parts: AlgorithmParts, dist: Dist) -> Actor:
     compute = resolve_dtype(cfg.model.dtype, dist.device)
-    policy = load_policy(cfg.model, dist.device)  # float32 parameters
+    policy = load_policy(cfg.model, dist.device, cfg.run.seed)  # float32 parameters
     head = None
     if cfg.critic.architecture == "head" and parts.needs_values:
-        model = value_head(policy)
+        model = value_head(policy, through_policy=dist.distributed)
         optimizer, scheduler = make_optimizer(
             list(model.head.parameters()), cfg.optim, cfg.critic.lr, _critic_updates(cfg)
         )

@@ -65,17 +65,20 @@ def live_module(
     when sharded: all ranks enter together); decoding then needs no further collectives,
     so ranks may decode different numbers of tokens."""
     sharded = _fsdp_modules(model) if torch.distributed.is_initialized() else []
-    was_resharding = [getattr(m, "_reshard_after_forward", True) for m in sharded]
     try:
         for m in sharded:
-            m.set_reshard_after_forward(False)
+            m.set_reshard_after_forward(False, recurse=False)
             m.unshard()
         with compute:
             yield model
     finally:
-        for m, flag in zip(sharded, was_resharding, strict=True):
+        for m in sharded:
             m.reshard()
-            m.set_reshard_after_forward(bool(flag))
+            # Back to what `shard_model` left: every layer frees its gathered weights after
+            # its forward, the root keeps its own (FSDP2's default for a root, which the
+            # backward needs at once; resharding it too broke a backward through a value head
+            # that runs the root twice).
+            m.set_reshard_after_forward(m is not model, recurse=False)
 
 
 def full_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:

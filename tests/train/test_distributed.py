@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ascent.configfile import load_config
+from ascent.models import build_tiny_model
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_step import make_train_batch
@@ -36,6 +37,16 @@ def read_batch(path: Path) -> TrainBatch:
     return TrainBatch.from_tensors(load_file(str(path)))
 
 
+def trained_weights(run) -> dict[str, torch.Tensor]:
+    """What an update changes: the policy's weights as an engine gets them (shards gathered,
+    LoRA merged) and a value head's parameters."""
+    weights = {k: v.clone() for k, v in run.actor.weights()}  # every rank gathers
+    if run.actor.head is not None:
+        head = run.actor.head.model.head.state_dict()
+        weights |= {f"value_head.{k}": v.clone() for k, v in head.items()}
+    return weights
+
+
 def update_on_this_rank(overrides: list[str], batch_path: str, out_path: str) -> None:
     """One actor update on this rank's half of the saved batch; rank 0 saves the weights."""
     torch.set_num_threads(1)
@@ -45,32 +56,58 @@ def update_on_this_rank(overrides: list[str], batch_path: str, out_path: str) ->
     half = len(batch) // dist.world_size
     mine = batch.select(torch.arange(dist.rank * half, (dist.rank + 1) * half))
     run.actor.update(mine, step=1)
-    weights = dict(run.actor.weights())  # every rank gathers
+    weights = trained_weights(run)
     if dist.main:
         save_file({k: v.contiguous() for k, v in weights.items()}, out_path)
     run.reward.close()
     dist.close()
 
 
+def lora_model(root: Path) -> list[str]:
+    pytest.importorskip("peft")
+    model, tokenizer = build_tiny_model()
+    model.save_pretrained(root / "m")
+    tokenizer.save_pretrained(root / "m")
+    # a random model gets every answer wrong: rewards that differ, so there is a gradient
+    reward = 'reward.functions=["tests.rewards.custom_rewards:length_reward"]'
+    return [f'model.name_or_path="{root / "m"}"', "model.lora={enabled=true, r=4, alpha=8}",
+            "optim.lr=0.01", reward]  # fmt: skip
+
+
+RECIPES = {
+    "full weights": lambda root: [],
+    "lora": lora_model,
+    "value head": lambda root: [
+        'algorithm.advantage="gae"',
+        'critic.architecture="head"',
+        "critic.lr=1e-3",
+    ],
+}
+
+
 @pytest.mark.timeout(300)
-def test_one_update_on_two_ranks_equals_the_same_global_batch_on_one(tmp_path):
-    overrides = [*UPDATE, f'run.output_dir="{tmp_path}"']
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_one_update_on_two_ranks_equals_the_same_global_batch_on_one(tmp_path, recipe):
+    overrides = [*UPDATE, f'run.output_dir="{tmp_path}"', *RECIPES[recipe](tmp_path)]
     run = build_run(load_config(None, overrides), torch.device("cpu"))
     batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
     assert len(batch) == 16 and len(set(batch.rollout.group_ids.tolist())) == 2
     save_batch(batch, tmp_path / "batch.safetensors")
-    start = {k: v.clone() for k, v in run.actor.model.state_dict().items()}
+    start = trained_weights(run)
     run.actor.update(batch, step=1)
-    single = run.actor.model.state_dict()
+    single = trained_weights(run)
     run.reward.close()
 
     out = tmp_path / "two-ranks.safetensors"
     launch(2, update_on_this_rank, overrides, str(tmp_path / "batch.safetensors"), str(out))
     sharded = load_file(str(out))
-    assert set(sharded) <= set(single)
+    assert set(sharded) == set(single)
     moved = max(float((single[k] - start[k]).abs().max()) for k in sharded)
     diff = max(float((single[k] - sharded[k]).abs().max()) for k in sharded)
     assert moved > 1e-5 and diff < 1e-5 and diff < moved / 20, (moved, diff)
+    if recipe == "value head":
+        head = [k for k in sharded if k.startswith("value_head.")]
+        assert max(float((single[k] - start[k]).abs().max()) for k in head) > 1e-5
 
 
 def ascent(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -112,6 +149,27 @@ def test_a_run_resumes_across_world_sizes_two_to_one_and_one_to_two(tmp_path):
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 6
     assert (tmp_path / "r" / "final-model" / "model.safetensors").is_file()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "recipe",
+    [pytest.param("lora", marks=pytest.mark.slow), "value head"],  # LoRA's numbers: above
+)
+def test_lora_and_a_value_head_train_checkpoint_and_resume_on_two_ranks(tmp_path, recipe):
+    extra = RECIPES[recipe](tmp_path)
+    first = ascent("train", "--nproc", "2", *sets(tmp_path, "train.total_steps=2", *extra))
+    assert first.returncode == 0, first.stderr
+    run = str(tmp_path / "r")
+    again = sets(tmp_path, "train.total_steps=4", *extra)
+    second = ascent("train", "--nproc", "2", "--resume", run, *again)
+    assert second.returncode == 0, second.stderr
+    steps = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").open()]
+    assert [m["step"] for m in steps] == [1, 2, 3, 4]
+    if recipe == "value head":
+        assert all("value_loss" in m for m in steps)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 4
 
 
 @pytest.mark.timeout(300)
