@@ -13,6 +13,10 @@ Two ways to hold the weights:
   asynchronous rollouts on a producer thread): the weights are staged by `sync_weights` and
   swapped in between two `generate` calls, so every call samples with one known version.
 
+One `generate` runs at a time per engine (a second caller, say an evaluation on the trainer's
+thread while a prefetch thread samples, waits for the first to finish): weights are never
+swapped under a call that is decoding, and its rows carry the version it started with.
+
 Each distinct prompt is prefilled once and its KV cache shared by its `n` completions; rows
 that end (EOS or a stop string) leave the batch as they go, and decoding stops as soon as
 every row has ended.
@@ -79,7 +83,8 @@ class TransformersEngine:
         self.decode = decode  # token ids -> text, to find stop strings
         self.version = version
         self._staged: tuple[int, dict[str, Tensor]] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _staged
+        self._generating = threading.Lock()  # one generate call at a time
 
     def close(self) -> None:
         """Nothing to stop: the engine lives in this process."""
@@ -145,7 +150,8 @@ class TransformersEngine:
     ) -> RolloutBatch:
         if len(group_ids) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(group_ids)} group ids")
-        with self._module() as module:
+        with self._generating, self._module() as module:
+            version = self.version  # what this call samples with, staged weights applied
             device = next(module.parameters()).device
             prompt_ids, prompt_mask = left_pad(prompts, self.pad_id, device)
             was_training = module.training
@@ -167,7 +173,7 @@ class TransformersEngine:
                 n
             ),
             finished=finished[:, -1],
-            versions=torch.full((tokens.shape[0],), self.version, dtype=torch.long, device=device),
+            versions=torch.full((tokens.shape[0],), version, dtype=torch.long, device=device),
         )
 
     def _decode(

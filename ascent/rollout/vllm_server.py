@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -119,6 +120,10 @@ class VLLMServers:
         self.processes = list(processes)
         self.version = 0
         self._weights: Path | None = None  # the latest weights written for the servers
+        # Held by a whole generate call and by a reload: the servers never change weights
+        # while a batch is being sampled (one request per prompt), so each batch is one
+        # version's and carries it.
+        self._lock = threading.Lock()
         self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))
         for url in self.urls:
             self._wait_up(url, starting=True)
@@ -210,6 +215,15 @@ class VLLMServers:
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
         seeds = draw_seeds(len(prompts), generator)
+        with self._lock:
+            version = self.version
+            rows = self._sample(prompts, n, params, seeds)
+        rows.sort(key=lambda r: r[0])  # prompt order; each prompt's n completions in order
+        return completions_to_batch(prompts, group_ids, rows, self.pad_id, version, self.device)
+
+    def _sample(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams, seeds: list[int]
+    ) -> list[tuple[int, list[int], list[float], bool]]:
         rows: list[tuple[int, list[int], list[float], bool]] = []
         for s, url in enumerate(self.urls):
             mine = list(range(s, len(prompts), len(self.urls)))
@@ -228,9 +242,7 @@ class VLLMServers:
                     tokens = list(choice["token_ids"])
                     lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
                     rows.append((i, tokens, lps, choice["finish_reason"] == "stop"))
-        rows.sort(key=lambda r: r[0])  # prompt order; each prompt's n completions in order
-        return completions_to_batch(prompts, group_ids, rows, self.pad_id, self.version,
-                                    self.device)  # fmt: skip
+        return rows
 
     # -- weights ------------------------------------------------------------------------
 
@@ -245,9 +257,10 @@ class VLLMServers:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
-        self._weights, self.version = target, version
-        for url in self.urls:
-            self._reload(url)
+        with self._lock:  # after the batch being sampled, if any
+            self._weights, self.version = target, version
+            for url in self.urls:
+                self._reload(url)
         for old in self.sync_dir.glob("version-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)

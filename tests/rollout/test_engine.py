@@ -228,3 +228,50 @@ def test_stop_strings_end_a_row_at_the_token_that_completes_them(smollm2_dir, sm
         TransformersEngine(model, pad_id=0, eos_ids=[2]).generate(
             [prompt], [0], 1, SamplingParams(4, stop=("x",))
         )
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_batch_being_sampled_never_gets_weights_synced_in_the_middle(fast, monkeypatch):
+    """Asynchronous rollouts with an evaluation in between: a prefetch thread samples with
+    version 0 while the trainer syncs version 1 and evaluates on the same engine. The
+    prefetched batch must be version 0's from its first token to its last, and say so; the
+    evaluation waits for it and then samples version 1's weights."""
+    import copy
+    import threading
+    import time
+
+    from ascent.rollout import transformers_engine
+
+    old, _ = build_tiny_model(seed=1)
+    new, _ = build_tiny_model(seed=2)
+    prompts, groups, params = PROMPTS["ragged"], [0, 1, 2], SamplingParams(40)
+
+    def sample(engine):
+        return engine.generate(prompts, groups, 2, params, torch.Generator().manual_seed(0))
+
+    def fresh(model):
+        return TransformersEngine(copy.deepcopy(model), pad_id=PAD, eos_ids=[EOS], fast=fast)
+
+    want_old, want_new = sample(fresh(old)), sample(fresh(new))
+    engine = fresh(old)
+    decoding = threading.Event()
+    real_sample_next = transformers_engine.sample_next
+
+    def slow_sample_next(*args, **kwargs):  # the prefetch thread is mid-batch for ~0.4 s
+        decoding.set()
+        time.sleep(0.01)
+        return real_sample_next(*args, **kwargs)
+
+    monkeypatch.setattr(transformers_engine, "sample_next", slow_sample_next)
+    prefetched = {}
+    worker = threading.Thread(target=lambda: prefetched.update(batch=sample(engine)))
+    worker.start()
+    assert decoding.wait(10)
+    engine.sync_weights(new.named_parameters(), version=1)
+    evaluated = sample(engine)
+    worker.join(30)
+    batch = prefetched["batch"]
+    assert batch.versions.tolist() == [0] * 6
+    assert torch.equal(batch.response_ids, want_old.response_ids)
+    assert evaluated.versions.tolist() == [1] * 6
+    assert torch.equal(evaluated.response_ids, want_new.response_ids)
