@@ -5,24 +5,29 @@ collapses as soon as anything else runs, e.g. sandbox workers scoring rewards (m
 2-core machine: a GRPO step went from 0.094 s to 5.5 s with one other busy core; one thread
 held at 0.13 s). Denormal flushing made CPU training of tiny models up to 20x faster.
 
-The C allocator is told to give large blocks back: glibc serves a block above its mmap
-threshold from a mapping of its own, unmapped when freed, but it raises that threshold
-(up to 32 MiB) every time such a block is freed, so after the first backward pass the
-activations and gradients of a real model come from the heap, and the heap keeps what it
-held at its peak. Measured on SmolLM2-135M (benchmarks/real_model.py's GRPO step, bf16, 2
-cores): about 2.5 GB of the process's peak RSS was memory freed but kept; a fixed threshold of
-4 MiB took the step's peak from 7.0 to 6.2 GB over two steps for ~10% more update time (page
-faults on fresh mappings); 1 MiB reached 5.4 GB but cost 40-45%, and transparent huge pages
-for the mappings (GLIBC_TUNABLES=glibc.malloc.hugetlb=1) made it slower still. A
-MALLOC_MMAP_THRESHOLD_ set in the environment is left as it is.
+The C allocator is told to give large blocks back during a training update: glibc serves a
+block above its mmap threshold from a mapping of its own, unmapped when freed, but it raises
+that threshold (up to 32 MiB) every time such a block is freed, so after the first backward
+pass the activations and gradients of a real model come from the heap, and the heap keeps
+what it held at its peak. Measured on SmolLM2-135M (benchmarks/real_model.py's GRPO step,
+bf16, 2 cores): about 2.5 GB of the process's peak RSS was memory freed but kept. Fixing the
+threshold at 4 MiB (and the trim threshold at 8 MiB, which glibc otherwise raises with it)
+took the step's peak from 7.9 to 6.7 GB for ~10% more update time: fresh mappings fault their
+pages in. Generation pays the same way (its 25 MB of logits a decode step; 15% slower), so
+the thresholds are fixed only inside `large_blocks_returned()`, around an update, and set to
+glibc's own ceiling (32 / 64 MiB) outside it. 1 MiB reached 5.4 GB but cost 40-45%, and
+transparent huge pages for the mappings (GLIBC_TUNABLES=glibc.malloc.hugetlb=1) were slower
+still. A MALLOC_MMAP_THRESHOLD_ set in the environment wins: ascent then leaves both alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import random
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -39,33 +44,66 @@ def resolve_threads(requested: int, ranks: int = 1) -> int:
     return max(1, (os.cpu_count() or 1) // 2 // ranks)
 
 
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (glibc's malloc.h)
 MMAP_THRESHOLD_BYTES = 4 << 20
+# Fixing the mmap threshold also stops glibc from raising the trim threshold with it (to twice
+# the mmap threshold); left at its 128 KiB default, the heap's top would be given back and
+# faulted in again around every medium-sized tensor.
+TRIM_THRESHOLD_BYTES = 2 * MMAP_THRESHOLD_BYTES
+# glibc's ceiling for its own moving thresholds (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit), where
+# a model's first large frees put them anyway: the setting outside an update.
+CEILING_MMAP_BYTES = 32 << 20
+
+_tune_allocator = False  # set by configure_cpu where glibc's thresholds are ascent's to set
 
 
-def return_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Fix glibc's mmap threshold at `threshold` bytes (see the module's docstring); whether
-    it was set (False off glibc, or when the environment sets it already)."""
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return False
+def _mallopt(mmap: int, trim: int) -> bool:
+    """Set glibc's mmap and trim thresholds; False off glibc (musl, say: its own rules)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
-    except (OSError, AttributeError):  # not glibc (musl, say): its allocator, its rules
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap)) and bool(
+            libc.mallopt(M_TRIM_THRESHOLD, trim)
+        )
+    except (OSError, AttributeError):
         return False
+
+
+def return_large_blocks(
+    threshold: int = MMAP_THRESHOLD_BYTES, trim: int = TRIM_THRESHOLD_BYTES
+) -> bool:
+    """Fix glibc's mmap threshold at `threshold` bytes and its trim threshold at `trim`;
+    whether it was set (False off glibc, or when the environment sets the mmap threshold)."""
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    return _mallopt(threshold, trim)
+
+
+@contextlib.contextmanager
+def large_blocks_returned() -> Iterator[None]:
+    """Inside: freed blocks of 4 MiB and more go back to the system at once (a training
+    update's activations and gradients); after: glibc's ceiling again, for generation's
+    sake (see the module's docstring). A no-op unless `configure_cpu` enabled it."""
+    if not (_tune_allocator and return_large_blocks()):
+        yield
+        return
+    try:
+        yield
+    finally:
+        return_large_blocks(CEILING_MMAP_BYTES, 2 * CEILING_MMAP_BYTES)
 
 
 def configure_cpu(threads: int = 0, ranks: int = 1) -> None:
-    """Deliberate torch threads, denormal flushing and large blocks returned to the system,
-    for any process that runs a model.
+    """Deliberate torch threads and denormal flushing for any process that runs a model, and
+    glibc's thresholds in ascent's hands (`large_blocks_returned`).
 
     The tokenizers library's own thread pool is switched off for the same reason: on a small
     machine it competes with reward workers for the cores torch was told it could have.
     """
+    global _tune_allocator
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     torch.set_num_threads(resolve_threads(threads, ranks))
     torch.set_flush_denormal(True)
-    return_large_blocks()
+    _tune_allocator = sys.platform.startswith("linux")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -70,3 +70,91 @@ def test_a_threshold_in_the_environment_is_left_alone():
 
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 << 20)}
     assert mapped_blocks("set", env) == 0  # the user's 64 MiB holds: 6 MiB is a heap block
+
+
+TRIM_PROBE = """
+import ctypes, os, sys
+sys.path.insert(0, os.getcwd())
+from ascent import runtime
+libc = ctypes.CDLL("libc.so.6")
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "mmap-only":  # what fixing the mmap threshold alone leaves
+    libc.mallopt(runtime.M_MMAP_THRESHOLD, runtime.MMAP_THRESHOLD_BYTES)
+else:
+    runtime.return_large_blocks()
+block = libc.malloc(2 << 20)  # below the mmap threshold: from the heap's top
+libc.free(block)
+print(libc.mallinfo2().keepcost)  # free memory the heap kept at its top
+"""
+
+
+def kept_at_top(mode: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE, mode], capture_output=True, text=True, check=True
+    )
+    return int(out.stdout.strip())
+
+
+def test_the_heap_keeps_a_freed_medium_block_instead_of_trimming_it_at_once():
+    """A tensor between 128 KiB and the mmap threshold comes from the heap's top; freeing it
+    must not hand the pages back only to fault them in again for the next one."""
+    assert kept_at_top("mmap-only") < 1 << 20  # trimmed back to glibc's 128 KiB default
+    assert kept_at_top("set") >= 2 << 20
+
+
+PHASE_PROBE = """
+import ctypes, os, sys
+sys.path.insert(0, os.getcwd())
+from ascent import runtime
+libc = ctypes.CDLL("libc.so.6")
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+
+def mapped() -> int:
+    size = 6 << 20
+    libc.free(libc.malloc(size))  # by default this raises the threshold above 6 MiB
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(size)
+    delta = libc.mallinfo2().hblks - before
+    libc.free(block)
+    return delta
+
+if sys.argv[1] == "configured":
+    runtime.configure_cpu(1)
+with runtime.large_blocks_returned():
+    inside = mapped()
+print(inside, mapped())
+"""
+
+
+def mapped_inside_and_after(mode: str) -> tuple[int, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", PHASE_PROBE, mode], capture_output=True, text=True, check=True
+    )
+    inside, after = out.stdout.split()
+    return int(inside), int(after)
+
+
+def test_large_blocks_are_returned_inside_an_update_only_and_only_once_configured():
+    """An update returns its large blocks; generation afterwards reuses the heap (mapping
+    25 MB of logits anew every decode step cost 15%); a process ascent did not configure
+    keeps glibc's own behaviour."""
+    assert mapped_inside_and_after("configured") == (1, 0)
+    assert mapped_inside_and_after("plain") == (0, 0)

@@ -49,6 +49,7 @@ from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.rows import AgenticRows, build_rows
 from ascent.rollout.agentic.verify import Verifier
 from ascent.rundir import RunDir
+from ascent.runtime import large_blocks_returned
 from ascent.train.agentic_metrics import episode_metrics, row_metrics, sample_view
 from ascent.train.llm_setup import LLMRun, make_engine, updates_per_step
 from ascent.train.llm_step import Scored
@@ -210,9 +211,10 @@ class AgenticTrainer:
         episodes = [e for g in groups for e in g.episodes if e.valid]
         rows = build_rows(episodes, run.tokenizer.pad_token_id, run.device) if episodes else None
         if rows is not None:
-            batch, credit_metrics = credit_batch(run, rows)
-            metrics |= credit_metrics | row_metrics(rows, version)
-            metrics |= run.actor.update(batch, step)
+            with large_blocks_returned():  # the update's activations go back to the system
+                batch, credit_metrics = credit_batch(run, rows)
+                metrics |= credit_metrics | row_metrics(rows, version)
+                metrics |= run.actor.update(batch, step)
         else:
             metrics["update_skipped"] = 1.0
         self._count_skipped(groups, skipped=rows is None)

@@ -49,6 +49,7 @@ from ascent.algos import (
     soft_overlong_penalty,
 )
 from ascent.algos.kl import k3
+from ascent.runtime import large_blocks_returned
 from ascent.train.critic import value_metrics
 from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import (  # noqa: F401  (the step's vocabulary, re-exported)
@@ -214,6 +215,22 @@ def in_critic_warmup(run: LLMRun, step: int) -> bool:
     return run.critic is not None and step <= run.cfg.critic.value_warmup_steps
 
 
+def _update(run: LLMRun, usable: Scored, step: int) -> dict[str, float]:
+    """The learners' part of a step: the train batch, the critic's and the actor's updates,
+    and the new weights to the engine."""
+    batch, metrics = make_train_batch(run, usable)
+    warmup = in_critic_warmup(run, step)
+    if run.critic is not None:
+        metrics.update(run.critic.update(batch, step, warmup=warmup))
+    if warmup:
+        metrics["critic_warmup"] = 1.0
+    else:
+        metrics.update(run.actor.update(batch, step))
+        run.version = step
+        run.engine.sync_weights(run.actor.weights(run.engine.takes_adapters), run.version)
+    return metrics
+
+
 def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     """Run one step; return its metrics and this rank's scored batch (for sample dumps)."""
     t0 = time.perf_counter()
@@ -230,17 +247,8 @@ def rl_step(run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
     if rows:
         if not len(usable.completions):  # others have rows: take part with a blank one
             usable = generated.blank()
-        batch, batch_metrics = make_train_batch(run, usable)
-        metrics.update(batch_metrics)
-        warmup = in_critic_warmup(run, step)
-        if run.critic is not None:
-            metrics.update(run.critic.update(batch, step, warmup=warmup))
-        if warmup:
-            metrics["critic_warmup"] = 1.0
-        else:
-            metrics.update(run.actor.update(batch, step))
-            run.version = step
-            run.engine.sync_weights(run.actor.weights(run.engine.takes_adapters), run.version)
+        with large_blocks_returned():  # the update's activations go back to the system
+            metrics.update(_update(run, usable, step))
     else:  # nothing to learn from on any rank: no update (the schedule does not advance)
         metrics["update_skipped"] = 1.0
     t2 = time.perf_counter()
