@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-PROBE = """
+# glibc's malloc, free and mallinfo2, for the probes below (each in a fresh interpreter)
+LIBC = """
 import ctypes, os, sys
 sys.path.insert(0, os.getcwd())
 libc = ctypes.CDLL("libc.so.6")
@@ -26,6 +27,11 @@ libc.mallinfo2.restype = MallInfo2
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
+"""
+
+PROBE = (
+    LIBC
+    + """
 if sys.argv[1] == "set":
     from ascent.runtime import return_large_blocks
     print("set", return_large_blocks(), file=sys.stderr)
@@ -36,6 +42,7 @@ block = libc.malloc(size)
 print(libc.mallinfo2().hblks - before)  # 1: the block is a mapping of its own; 0: heap
 libc.free(block)
 """
+)
 
 
 def mapped_blocks(mode: str, env: dict[str, str] | None = None) -> int:
@@ -72,21 +79,10 @@ def test_a_threshold_in_the_environment_is_left_alone():
     assert mapped_blocks("set", env) == 0  # the user's 64 MiB holds: 6 MiB is a heap block
 
 
-TRIM_PROBE = """
-import ctypes, os, sys
-sys.path.insert(0, os.getcwd())
+TRIM_PROBE = (
+    LIBC
+    + """
 from ascent import runtime
-libc = ctypes.CDLL("libc.so.6")
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-libc.mallinfo2.restype = MallInfo2
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
 if sys.argv[1] == "mmap-only":  # what fixing the mmap threshold alone leaves
     libc.mallopt(runtime.M_MMAP_THRESHOLD, runtime.MMAP_THRESHOLD_BYTES)
 else:
@@ -95,6 +91,7 @@ block = libc.malloc(2 << 20)  # below the mmap threshold: from the heap's top
 libc.free(block)
 print(libc.mallinfo2().keepcost)  # free memory the heap kept at its top
 """
+)
 
 
 def kept_at_top(mode: str) -> int:
@@ -111,21 +108,10 @@ def test_the_heap_keeps_a_freed_medium_block_instead_of_trimming_it_at_once():
     assert kept_at_top("set") >= 2 << 20
 
 
-PHASE_PROBE = """
-import ctypes, os, sys
-sys.path.insert(0, os.getcwd())
+PHASE_PROBE = (
+    LIBC
+    + """
 from ascent import runtime
-libc = ctypes.CDLL("libc.so.6")
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-libc.mallinfo2.restype = MallInfo2
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
 
 def mapped() -> int:
     size = 6 << 20
@@ -142,6 +128,7 @@ with runtime.large_blocks_returned():
     inside = mapped()
 print(inside, mapped())
 """
+)
 
 
 def mapped_inside_and_after(mode: str) -> tuple[int, int]:
