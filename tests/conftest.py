@@ -17,6 +17,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` tests (minutes-long end-to-end runs) run only when selected: `pytest -m slow`.
+    The plain suite stays under 10 minutes on 2 cores."""
+    selected = config.getoption("markexpr") or ""
+    if "slow" in selected and "not slow" not in selected:
+        return
+    skip = pytest.mark.skip(reason="an end-to-end run of a minute or more: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _denormals_as_torch_starts():
     """Runs flush denormals process-wide (ascent.runtime); hypothesis refuses to draw

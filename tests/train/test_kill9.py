@@ -93,9 +93,7 @@ def test_killed_at_every_kind_of_moment_the_run_resumes_to_the_same_end(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_killed_at_random_moments_the_run_resumes_to_the_same_end(tmp_path, request):
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("about a minute: run with -m slow")
+def test_killed_at_random_moments_the_run_resumes_to_the_same_end(tmp_path):
     rng = random.Random(20261203)
     kills = 0
     resume = False

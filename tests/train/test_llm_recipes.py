@@ -86,16 +86,9 @@ def test_recipes_run_a_few_steps_from_the_command_line(run_cli, tmp_path, recipe
     assert summary["steps"] == (4 if recipe == "srpo" else 3)
 
 
-def _slow(request) -> None:
-    selected = request.config.getoption("markexpr") or ""
-    if "slow" not in selected or "not slow" in selected:
-        pytest.skip("minutes long: run with -m slow")
-
-
 @pytest.mark.slow
-def test_embedded_default_lifts_held_out_accuracy_by_30_points(run_cli, tmp_path, request):
+def test_embedded_default_lifts_held_out_accuracy_by_30_points(run_cli, tmp_path):
     """`ascent train` as shipped (about 4 minutes on 2 cores): run it with `pytest -m slow`."""
-    _slow(request)
     code, _, err = run_cli("train", f'--set=run.output_dir="{tmp_path}"')
     assert code == 0, err
     summary = json.loads((tmp_path / "tiny-grpo" / "summary.json").read_text())
@@ -110,9 +103,8 @@ MIN_LIFT = 0.10
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_each_recipe_learns_within_ten_minutes(run_cli, tmp_path, request, recipe):
+def test_each_recipe_learns_within_ten_minutes(run_cli, tmp_path, recipe):
     """Every recipe as shipped, 1-5 minutes each: run them with `pytest -m slow`."""
-    _slow(request)
     code, _, err = run_cli(
         "train", str(EXAMPLES / f"{recipe}.toml"), f'--set=run.output_dir="{tmp_path}"'
     )
