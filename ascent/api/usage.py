@@ -58,6 +58,14 @@ class UsageLedger:
         with self._lock:
             return {k: RoleUsage(**asdict(v)) for k, v in sorted(self._roles.items())}
 
+    def absorb(self, other: dict[str, RoleUsage]) -> None:
+        """Add another ledger's `snapshot()` (another rank's roles) to this one."""
+        with self._lock:
+            for role, theirs in other.items():
+                mine = self._get(role)
+                for key, value in asdict(theirs).items():
+                    setattr(mine, key, getattr(mine, key) + value)
+
     def summary_lines(self) -> list[str]:
         """One line per role, for the end of a run."""
         lines = []

@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 import socket
+import sys
 from typing import Any
 
 from ascent.config.cluster import ClusterSection
 from ascent.errors import AscentError
+
+AUTH_MODE = "RAY_AUTH_MODE"
 
 
 def require_ray() -> Any:
@@ -66,26 +69,46 @@ def _reachable(address: str, timeout: float) -> None:
         ) from None
 
 
-def needed(cluster: ClusterSection) -> dict[str, float]:
-    """The CPUs and GPUs the configured actors ask for."""
+def join_handle(cluster: ClusterSection) -> tuple[str, str | None]:
+    """What another process of the run needs to join this process's Ray cluster: its
+    address (host:port) and the authentication mode Ray chose for it (a local cluster
+    started by `ray.init` turns token authentication on in this process's environment)."""
+    ray = connect(cluster)
+    return str(ray.get_runtime_context().gcs_address), os.environ.get(AUTH_MODE)
+
+
+def join(cluster: ClusterSection, handle: tuple[str, str | None]) -> Any:
+    """Join the cluster another process of the run leads (`join_handle`)."""
+    address, auth = handle
+    if auth is not None and os.environ.get(AUTH_MODE) != auth:
+        os.environ[AUTH_MODE] = auth
+        if "ray" in sys.modules:  # Ray read its settings when imported: have it read them again
+            from ray._raylet import Config  # what Ray itself calls when it turns tokens on
+
+            Config.initialize("")
+    return connect(cluster.model_copy(update={"address": address}))
+
+
+def needed(cluster: ClusterSection, reward_pools: int = 1) -> dict[str, float]:
+    """The CPUs and GPUs the configured actors ask for (`reward_pools`: one per rank)."""
     return {
         "CPU": cluster.rollout_replicas * cluster.cpus_per_rollout
-        + cluster.reward_workers * cluster.cpus_per_reward,
+        + reward_pools * cluster.reward_workers * cluster.cpus_per_reward,
         "GPU": cluster.rollout_replicas * cluster.gpus_per_rollout,
     }
 
 
-def check_cluster(cluster: ClusterSection) -> None:
+def check_cluster(cluster: ClusterSection, reward_pools: int = 1) -> None:
     """Everything a run needs of the cluster, checked before any actor is started."""
     check_versions(connect(cluster))
-    check_resources(cluster)
+    check_resources(cluster, reward_pools)
 
 
-def check_resources(cluster: ClusterSection) -> None:
+def check_resources(cluster: ClusterSection, reward_pools: int = 1) -> None:
     """Refuse a placement the cluster cannot satisfy (Ray would wait for it forever)."""
     ray = connect(cluster)
     have = ray.cluster_resources()
-    for resource, amount in needed(cluster).items():
+    for resource, amount in needed(cluster, reward_pools).items():
         if amount > have.get(resource, 0.0) + 1e-9:
             raise AscentError(
                 f"[cluster] the placement needs {amount:g} {resource}s but the cluster has "

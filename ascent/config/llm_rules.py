@@ -365,15 +365,16 @@ def world_size_rules(cfg: LLMSections, world: int) -> None:
             f"(each rolls out whole groups of {g}); try batch_size = "
             f"{' or '.join(map(str, options))}"
         )
+    if cfg.rollout.async_ and cfg.engine_serves_the_run:
+        raise ValueError(
+            "[rollout] async: on several ranks the run's one engine (vLLM servers, Ray "
+            "replicas) is reached through collectives, which a background sampler would "
+            "interleave with the update's; remove async, or run one process (no --nproc)"
+        )
     if cfg.replay_rows % world:
         raise ValueError(
             f"[sampling] replay_ratio: {cfg.replay_rows} replayed rows per step cannot be shared "
             f"by {world} ranks; choose a ratio whose row count is a multiple of {world}"
-        )
-    if cfg.agentic.enabled:
-        raise ValueError(
-            "[agentic] enabled: not supported on several ranks yet; run it in one process "
-            "(no --nproc)"
         )
 
 

@@ -29,6 +29,13 @@ from ascent.rewards import RewardOutput
 from ascent.rollout.agentic.producer import Group
 from ascent.rollout.agentic.rows import AgenticRows
 from ascent.rollout.agentic.transcript import Episode
+from ascent.train.distributed import Dist
+
+# Metrics that count things (summed over ranks); the rest are rates or means (averaged over
+# the ranks that report them: every rank plays the same number of groups) or maxima.
+_COUNTS = ("agentic/sandbox_errors", "agentic/dropped_stale", "agentic/sandbox_runs",
+           "agentic/rows", "agentic/tokens/", "tokens")  # fmt: skip
+_MAXIMA = ("agentic/staleness_max", "completions/max_length")
 
 
 def _fraction(flags: list[bool]) -> float:
@@ -108,3 +115,22 @@ def sample_view(rows: AgenticRows, decode) -> tuple[list[Problem], list[str], Re
         details.append({"agentic": ep.to_json()})
     components = {"immediate": immediate, "delayed": list(total)}
     return problems, completions, RewardOutput(total, components, details)
+
+
+def over_ranks(dist: Dist, metrics: dict[str, float]) -> dict[str, float]:
+    """One rank's step metrics combined with the other ranks': counts summed, maxima taken,
+    the rest averaged over the ranks that have them (a rank with no judged episode reports
+    no reward). Every rank must call it, in the same order."""
+    if not dist.distributed:
+        return metrics
+    views = dist.gather(metrics)
+    out: dict[str, float] = {}
+    for key in sorted({k for v in views for k in v}):
+        values = [v[key] for v in views if key in v]
+        if key.startswith(_COUNTS):
+            out[key] = float(sum(values))
+        elif key in _MAXIMA:
+            out[key] = float(max(values))
+        else:
+            out[key] = float(mean(values))
+    return out

@@ -33,14 +33,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import torch
 
-from ascent.algos import masked_whiten
 from ascent.algos.agentic import agentic_credit, turn_advantages_to_tokens
 from ascent.api import ApiClient, UsageLedger
 from ascent.config.agentic import ROLES, format_name
 from ascent.data import uses_chat_template
 from ascent.errors import AscentError
+from ascent.rewards import RewardOutput
 from ascent.rewards.sandbox import SandboxPool
-from ascent.rollout import RolloutEngine
+from ascent.rollout import RolloutBatch, RolloutEngine
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings
 from ascent.rollout.agentic.format_registry import FORMATS
@@ -50,20 +50,48 @@ from ascent.rollout.agentic.rows import AgenticRows, build_rows
 from ascent.rollout.agentic.verify import Verifier
 from ascent.rundir import RunDir
 from ascent.runtime import large_blocks_returned
-from ascent.train.agentic_metrics import episode_metrics, row_metrics, sample_view
+from ascent.train.agentic_metrics import episode_metrics, over_ranks, row_metrics, sample_view
 from ascent.train.llm_setup import LLMRun, make_engine, updates_per_step
-from ascent.train.llm_step import Scored
+from ascent.train.llm_step import Scored, whiten
 from ascent.train.train_batch import TrainBatch
 
 
-def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, float]]:
+def credit_batch(run: LLMRun, rows: AgenticRows | None) -> tuple[TrainBatch, dict[str, float]]:
     """Advantages from the turns' and episodes' rewards, and the log-probs the loss needs.
 
     With off_policy_correction, the behaviour log-probs are the ones recorded at generation
     and the clip is anchored at the policy being updated (its log-probs are computed once
     when the batch feeds several optimiser steps); without it, plain PPO anchors the clip at
     the behaviour policy itself.
+
+    `rows = None` is a rank with no episode to train on while another rank has some: it
+    takes part with one blank row (nothing to learn from), so that the forward passes and
+    whitening below meet the other ranks' collectives. A group's episodes all come from one
+    rank's producer, so group-relative credit needs nothing from the other ranks.
     """
+    a, alg = run.cfg.agentic, run.cfg.algorithm
+    metrics: dict[str, float] = {}
+    if rows is None:
+        rollout = blank_rollout(run.device)
+        advantages = torch.zeros_like(rollout.logprobs)
+    else:
+        rollout = rows.rollout
+        advantages, metrics = _credit(run, rows)
+    if alg.normalize_advantages:  # whiten over the policy tokens of every rank's batch
+        advantages = whiten(advantages, rollout.response_mask, run.dist)
+    behaviour, old = None, rollout.logprobs
+    if a.off_policy_correction:
+        behaviour = rollout.logprobs
+        old = run.actor.logprobs(rollout) if updates_per_step(run.cfg) > 1 else None
+    ref = run.reference.logprobs(rollout) if run.reference is not None else None
+    batch = TrainBatch(
+        rollout=rollout, advantages=advantages, old_logp=old, ref_logp=ref, behaviour_logp=behaviour
+    )
+    return batch, metrics
+
+
+def _credit(run: LLMRun, rows: AgenticRows) -> tuple[torch.Tensor, dict[str, float]]:
+    """(B, R) token advantages of this rank's rows, and their spread."""
     a, alg, episodes = run.cfg.agentic, run.cfg.algorithm, rows.episodes
     pools: dict[tuple[int, str], int] = {}
     refs = [(r.episode, episodes[r.episode].turns[r.turn]) for r in rows.turns]
@@ -78,26 +106,15 @@ def credit_batch(run: LLMRun, rows: AgenticRows) -> tuple[TrainBatch, dict[str, 
         scale_by_std=alg.advantage == "grpo",
         eps=alg.std_eps,
     )
-    rollout = rows.rollout
     advantages = turn_advantages_to_tokens(
-        credit.advantages.to(rollout.logprobs.device), rows.token_turn
+        credit.advantages.to(rows.rollout.logprobs.device), rows.token_turn
     )
-    if alg.normalize_advantages:  # whiten over the batch's policy tokens
-        advantages = masked_whiten(advantages, rollout.response_mask)
-    behaviour, old = None, rollout.logprobs
-    if a.off_policy_correction:
-        behaviour = rollout.logprobs
-        old = run.actor.logprobs(rollout) if updates_per_step(run.cfg) > 1 else None
-    ref = run.reference.logprobs(rollout) if run.reference is not None else None
     metrics = {
         "adv_std": float(credit.advantages.std()) if len(refs) > 1 else 0.0,
         "adv/immediate_std": float(credit.immediate.std()) if len(refs) > 1 else 0.0,
         "adv/delayed_std": float(credit.delayed.std()) if len(refs) > 1 else 0.0,
     }
-    batch = TrainBatch(
-        rollout=rollout, advantages=advantages, old_logp=old, ref_logp=ref, behaviour_logp=behaviour
-    )
-    return batch, metrics
+    return advantages, metrics
 
 
 def chat_template(cfg, tokenizer) -> ChatTemplate | None:
@@ -124,6 +141,8 @@ class AgenticTrainer:
         self._sandbox_runs = 0
         self._skipped: Counter[str] = Counter()  # why the episodes of the skipped steps in a row
         self._skipped_steps = 0  # ... were not trained on, and how many steps that is
+        # the step's groups are shared by the ranks (the config makes them divide evenly)
+        self._groups_per_rank = run.prompts_per_step // run.dist.world_size
 
     # -- the producer ------------------------------------------------------------------------
 
@@ -143,8 +162,10 @@ class AgenticTrainer:
         )
 
     def _draw(self):
-        """One problem (called on the trainer's thread only, by the producer)."""
-        return self.run.sampler.draw(1)[0]
+        """One problem (called on the trainer's thread only, by the producer). Every rank's
+        sampler draws the same problems, so each takes its own of every `world_size`."""
+        dist = self.run.dist
+        return self.run.sampler.draw(dist.world_size)[dist.rank]
 
     @contextlib.asynccontextmanager
     async def _serve(self) -> AsyncIterator[None]:
@@ -189,7 +210,7 @@ class AgenticTrainer:
         self.producer = EpisodeProducer(
             draw=self._draw,
             group_size=cfg.rollout.group_size,
-            groups_per_step=run.prompts_per_step,
+            groups_per_step=self._groups_per_rank,
             max_staleness=cfg.agentic.max_staleness,
             async_workers=cfg.rollout.async_workers,
             version=version,
@@ -199,35 +220,43 @@ class AgenticTrainer:
     # -- one step ----------------------------------------------------------------------------
 
     def step(self, run: LLMRun, step: int) -> tuple[dict[str, float], Scored]:
-        """Train on the next groups of episodes; the loop's `rl_step` for agentic runs."""
+        """Train on the next groups of episodes; the loop's `rl_step` for agentic runs.
+
+        On several ranks each rank's producer plays its own share of the step's groups and
+        the update is one sharded update over all of them; a step is skipped only when no
+        rank has an episode to train on."""
         version = step - 1  # the policy after step - 1 updates
         if self.producer is None:
             self._start(version)
         assert self.producer is not None and self.engine is not None
         t0 = time.perf_counter()
-        groups, dropped = self.producer.take(run.prompts_per_step, version)
+        groups, dropped = self.producer.take(self._groups_per_rank, version)
         t1 = time.perf_counter()
         metrics = episode_metrics(groups, dropped)
         episodes = [e for g in groups for e in g.episodes if e.valid]
         rows = build_rows(episodes, run.tokenizer.pad_token_id, run.device) if episodes else None
         if rows is not None:
+            metrics |= row_metrics(rows, version)
+        metrics["agentic/sandbox_runs"] = float(self.verifier.runs - self._sandbox_runs)
+        metrics["tokens"] = float(rows.rollout.num_tokens if rows is not None else 0)
+        metrics = over_ranks(run.dist, metrics)
+        trained = run.dist.any(rows is not None)
+        if trained:
             with large_blocks_returned():  # the update's activations go back to the system
                 batch, credit_metrics = credit_batch(run, rows)
-                metrics |= credit_metrics | row_metrics(rows, version)
+                metrics |= over_ranks(run.dist, credit_metrics)
                 metrics |= run.actor.update(batch, step)
         else:
             metrics["update_skipped"] = 1.0
-        self._count_skipped(groups, skipped=rows is None)
+        self._count_skipped(groups, skipped=not trained)
         run.version = step
         self.engine.sync_weights(run.actor.weights(self.engine.takes_adapters), step)
         self.producer.publish(step)
         t2 = time.perf_counter()
-        tokens = rows.rollout.num_tokens if rows is not None else 0
         metrics |= {
-            "tokens_per_s": tokens / max(t2 - t0, 1e-9),
+            "tokens_per_s": metrics.pop("tokens") / max(t2 - t0, 1e-9),
             "time/rollout": t1 - t0,
             "time/update": t2 - t1,
-            "agentic/sandbox_runs": float(self.verifier.runs - self._sandbox_runs),
         }
         self._sandbox_runs = self.verifier.runs
         return metrics, self._scored(rows)
@@ -268,26 +297,36 @@ class AgenticTrainer:
         self.pool.close()
 
 
-def empty_scored(device: torch.device) -> Scored:
-    from ascent.rewards import RewardOutput
-    from ascent.rollout import RolloutBatch
+def blank_rollout(device: torch.device, rows: int = 1) -> RolloutBatch:
+    """`rows` rows of one prompt token and one response token that the policy did not choose
+    (mask 0): nothing in them to learn from."""
+    z = torch.zeros((rows, 1), dtype=torch.long, device=device)
+    ones = torch.ones_like(z)
+    return RolloutBatch(z, ones, z, z.float(), z.float(), z[:, 0], ones[:, 0].bool(), z[:, 0])
 
-    z = torch.zeros((0, 1), dtype=torch.long, device=device)
-    empty = RolloutBatch(z, z, z, z.float(), z.float(), z[:, 0], z[:, 0].bool(), z[:, 0])
-    return Scored(empty, [], [], RewardOutput([], {}, []))
+
+def empty_scored(device: torch.device) -> Scored:
+    return Scored(blank_rollout(device, rows=0), [], [], RewardOutput([], {}, []))
 
 
 @contextlib.contextmanager
 def agentic_session(
     run: LLMRun, run_dir: RunDir, echo: Callable[[str], None] = print
 ) -> Iterator[AgenticTrainer | None]:
-    """An `AgenticTrainer` for the loop when `[agentic]` is enabled, else None."""
+    """An `AgenticTrainer` for the loop when `[agentic]` is enabled, else None. At the end,
+    rank 0 reports the API usage of every rank's roles (its own alone when the loop failed:
+    the other ranks may not reach the gather)."""
     if not run.cfg.agentic.enabled:
         yield None
         return
-    trainer = AgenticTrainer(run)
+    trainer, dist, finished = AgenticTrainer(run), run.dist, False
     try:
         yield trainer
+        finished = True
     finally:
         trainer.close()
-        trainer.usage.finish(run_dir.path, echo)
+        if finished and dist.distributed:
+            for other in dist.gather(trainer.usage.snapshot())[1:]:
+                trainer.usage.absorb(other)
+        if dist.main:
+            trainer.usage.finish(run_dir.path, echo)

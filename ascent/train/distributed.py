@@ -109,6 +109,15 @@ class Dist:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def scatter(self, objs: list[T] | None) -> T:
+        """Rank r's item of rank 0's list `objs` (None on the other ranks)."""
+        if not self.distributed:
+            assert objs is not None
+            return objs[0]
+        box: list[Any] = [None]
+        dist.scatter_object_list(box, objs if self.main else None, src=0)
+        return box[0]
+
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()

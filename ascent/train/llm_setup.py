@@ -31,6 +31,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from ascent.config.cluster import ClusterSection
 from ascent.config.llm import LLMConfig, OptimSection
 from ascent.data import (
     PromptFormatter,
@@ -60,6 +61,7 @@ from ascent.train.llm_rollout import Rollouts
 from ascent.train.llm_sampling import BatchSource, FreshBatches, Prefetcher
 from ascent.train.parts import AlgorithmParts, algorithm_parts, with_engine_correction
 from ascent.train.reference import AdapterReference, ModelReference, Reference
+from ascent.train.run_engine import RankZeroEngine
 from ascent.train.sharding import shard_model
 
 
@@ -176,17 +178,16 @@ def make_engine(
 ) -> RolloutEngine:
     """The `[rollout] engine`: decoding the actor's module in place, or (`own_copy`, and
     always for asynchronous rollouts) a model of its own loaded in the compute dtype and
-    synced from the actor's weights now; with `[cluster] rollout_replicas`, Ray actors."""
-    eos = eos_ids(actor.model, tokenizer)
-    if cfg.cluster.backend == "ray" and cfg.cluster.rollout_replicas:
-        from ascent.cluster.rollouts import RayRolloutEngine
-
-        engine: RolloutEngine = RayRolloutEngine(
-            cfg.cluster, cfg.model, tokenizer.pad_token_id, eos
-        )
-    else:
-        ctx = _engine_context(cfg, actor, tokenizer, eos, own_copy)
-        engine = ENGINES.get(cfg.rollout.engine)(ctx)
+    synced from the actor's weights now; with `[cluster] rollout_replicas`, Ray actors.
+    An engine outside the process (vLLM servers, Ray replicas) is the run's, not a rank's:
+    on several ranks rank 0 alone starts it and the others reach it (run_engine.py)."""
+    dist = actor.dist
+    engine: RolloutEngine | None = None
+    if dist.main or not cfg.engine_serves_the_run:
+        engine = _start_engine(cfg, actor, tokenizer, own_copy)
+    if cfg.engine_serves_the_run and dist.distributed:
+        engine = RankZeroEngine(dist, engine)
+    assert engine is not None
     try:
         engine.sync_weights(
             actor.weights(engine.takes_adapters), 0
@@ -195,6 +196,18 @@ def make_engine(
         engine.close()  # no server, engine process or actor may outlive a failed start
         raise
     return engine
+
+
+def _start_engine(
+    cfg: LLMConfig, actor: Actor, tokenizer: PreTrainedTokenizerBase, own_copy: bool
+) -> RolloutEngine:
+    eos = eos_ids(actor.model, tokenizer)
+    if cfg.cluster.backend == "ray" and cfg.cluster.rollout_replicas:
+        from ascent.cluster.rollouts import RayRolloutEngine
+
+        return RayRolloutEngine(cfg.cluster, cfg.model, tokenizer.pad_token_id, eos)
+    ctx = _engine_context(cfg, actor, tokenizer, eos, own_copy)
+    return ENGINES.get(cfg.rollout.engine)(ctx)
 
 
 def _engine_context(
@@ -290,6 +303,21 @@ def _reward(cfg: LLMConfig) -> CompositeReward:
     return build_reward(cfg.reward, cfg.sandbox)
 
 
+def _join_cluster(cluster: ClusterSection, dist: Dist) -> None:
+    """Rank 0 starts (or joins) the run's Ray cluster and checks it; the other ranks join
+    that same cluster, and only when they start actors of their own (each rank's reward
+    workers): a local Ray is started once per run, never once per rank."""
+    from ascent.cluster.runtime import check_cluster, join, join_handle
+
+    if dist.main:
+        check_cluster(cluster, reward_pools=dist.world_size)
+    if not dist.distributed:
+        return
+    handle = dist.broadcast(join_handle(cluster) if dist.main else None)
+    if not dist.main and cluster.reward_workers:
+        join(cluster, handle)
+
+
 def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
     """Load models and data, and build the workers, the reward and the samplers (on this
     rank of `dist`; a device means one process on it)."""
@@ -308,9 +336,7 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
             s.replay_buffer_size, s.replay_max_staleness, cfg.run.seed, tokenizer.pad_token_id
         )
     if cfg.cluster.backend == "ray":
-        from ascent.cluster.runtime import check_cluster
-
-        check_cluster(cfg.cluster)
+        _join_cluster(cfg.cluster, dist)
     with contextlib.ExitStack() as started:  # stopped again if a later part fails to start
         engine = make_engine(cfg, actor, tokenizer)
         started.callback(engine.close)

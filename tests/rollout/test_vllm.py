@@ -213,6 +213,23 @@ def test_training_through_vllm_reports_the_engine_gap_and_leaves_nothing(tmp_pat
     assert settled_leftovers(before) == before
 
 
+@pytest.mark.slow  # a vLLM server starts; the one-owner engine itself is tested with Ray replicas
+@pytest.mark.timeout(600)
+def test_two_ranks_share_one_server_and_one_sync_folder(tmp_path):
+    before = leftovers()
+    server = sets(tmp_path, 'rollout.vllm.mode="server"', "train.micro_batch_size=8")
+    done = run_ascent("train", "--nproc", "2", *server)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "v"
+    assert json.loads((run / "summary.json").read_text())["world_size"] == 2
+    assert sorted(p.name for p in run.glob("vllm-server-*.log")) == ["vllm-server-0.log"]
+    assert [p.name for p in (run / "vllm-sync").iterdir()] == ["version-000004"]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").open()]
+    assert [r["policy_version"] for r in rows] == [0, 1, 2, 3]  # each update reached it
+    assert all(r["engine/logprob_gap"] < 1e-3 for r in rows)
+    assert settled_leftovers(before) == before
+
+
 @pytest.mark.timeout(600)
 def test_a_server_that_restarts_gets_the_weights_again_and_a_dead_one_is_one_line(tiny, tmp_path):
     from ascent.config.llm import LLMConfig

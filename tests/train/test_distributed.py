@@ -18,7 +18,7 @@ from ascent.configfile import load_config
 from ascent.models import build_tiny_model
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch
+from ascent.train.llm_step import make_train_batch, rl_step
 from ascent.train.train_batch import TrainBatch
 from tests.train.test_llm_loop import SHORT
 
@@ -156,9 +156,7 @@ def test_a_run_resumes_across_world_sizes_two_to_one_and_one_to_two(tmp_path):
 @pytest.mark.slow  # the numbers are checked above; this is the whole run, with its files
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("recipe", ["lora", "value head"])
-def test_lora_and_a_value_head_train_checkpoint_and_resume_on_two_ranks(tmp_path, recipe, request):
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("about a minute each: run with -m slow")
+def test_lora_and_a_value_head_train_checkpoint_and_resume_on_two_ranks(tmp_path, recipe):
     extra = RECIPES[recipe](tmp_path)
     first = ascent("train", "--nproc", "2", *sets(tmp_path, "train.total_steps=2", *extra))
     assert first.returncode == 0, first.stderr
@@ -172,6 +170,86 @@ def test_lora_and_a_value_head_train_checkpoint_and_resume_on_two_ranks(tmp_path
         assert all("value_loss" in m for m in steps)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 4
+
+
+def agentic_step_on_this_rank(overrides: list[str], out_path: str) -> None:
+    """One agentic step on this rank; rank 0 writes what every rank trained on and holds."""
+    from ascent.train.agentic_step import AgenticTrainer
+
+    torch.set_num_threads(1)
+    dist = Dist.from_env("cpu")
+    run = build_run(load_config(PROJECT / "examples" / "agentic_tiny.toml", overrides), dist)
+    trainer = AgenticTrainer(run)
+    try:
+        metrics, scored = trainer.step(run, 1)
+    finally:
+        trainer.close()
+    groups = sorted(set(scored.rollout.group_ids.tolist()))
+    problems = sorted({p.prompt for p in scored.problems})
+    weights = torch.cat([w.flatten() for _, w in run.actor.weights()])  # every rank gathers
+    views = dist.gather((groups, problems, len(scored), float(weights.double().sum())))
+    if dist.main:
+        Path(out_path).write_text(json.dumps({"metrics": metrics, "ranks": views}))
+    run.close()
+    dist.close()
+
+
+@pytest.mark.timeout(300)
+def test_agentic_episodes_are_shared_by_two_ranks_and_trained_as_one_batch(tmp_path):
+    # 4 problems x 4 episodes per step: each rank plays 2 groups of its own problems
+    overrides = ["rollout.group_size=4", "train.batch_size=16", "train.micro_batch_size=4",
+                 "data.eval_size=8", f'run.output_dir="{tmp_path}"']  # fmt: skip
+    out = tmp_path / "agentic.json"
+    launch(2, agentic_step_on_this_rank, overrides, str(out))
+    result = json.loads(out.read_text())
+    (groups0, problems0, rows0, sum0), (groups1, problems1, rows1, sum1) = result["ranks"]
+    assert len(groups0) == len(groups1) == 2 and not set(groups0) & set(groups1)
+    assert problems0 and problems1 and not set(problems0) & set(problems1)
+    metrics = result["metrics"]
+    assert metrics["agentic/rows"] == rows0 + rows1  # both ranks' rows, counted once each
+    assert "update_skipped" not in metrics and metrics["grad_norm"] > 0
+    assert sum0 == sum1  # one policy: the sharded update left the ranks' weights equal
+
+
+def two_steps_with_ray_replicas(overrides: list[str], out_path: str) -> None:
+    """Two RL steps on this rank with Ray rollout replicas; rank 0 writes what each rank
+    held and generated."""
+    import ray
+
+    torch.set_num_threads(1)
+    dist = Dist.from_env("cpu")
+    run = build_run(load_config(None, overrides), dist)
+    engine = run.rollouts.engine
+    replicas = len(engine.engine.replicas) if engine.engine is not None else None
+    address = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+    steps = []
+    for step in (1, 2):
+        _, scored = rl_step(run, step)
+        groups = sorted(set(scored.rollout.group_ids.tolist()))
+        steps.append((groups, len(scored), sorted(set(scored.rollout.versions.tolist()))))
+    views = dist.gather((replicas, address, steps))
+    if dist.main:
+        Path(out_path).write_text(json.dumps(views))
+    run.close()
+    dist.close()
+
+
+@pytest.mark.timeout(300)
+def test_ray_rollout_replicas_on_two_ranks_are_started_once_and_serve_both(tmp_path):
+    pytest.importorskip("ray")
+    overrides = [*UPDATE, f'run.output_dir="{tmp_path}"', 'cluster.backend="ray"',
+                 "cluster.rollout_replicas=2", "cluster.reward_workers=1",
+                 "cluster.cpus_per_rollout=0.5", "cluster.cpus_per_reward=0.5",
+                 "cluster.num_cpus=4"]  # fmt: skip
+    out = tmp_path / "ray.json"
+    launch(2, two_steps_with_ray_replicas, overrides, str(out))
+    (replicas0, address0, steps0), (replicas1, address1, steps1) = json.loads(out.read_text())
+    assert replicas0 == 2 and replicas1 is None  # rank 1 started no replica of its own
+    assert address0 is not None and address1 == address0  # its reward workers joined rank 0's Ray
+    for (groups0, rows0, _), (groups1, rows1, _) in zip(steps0, steps1, strict=True):
+        assert rows0 == rows1 == 8 and len(groups0) == len(groups1) == 1  # its own prompt's rows
+        assert groups0 != groups1
+    assert [v for _, _, v in steps0] == [v for _, _, v in steps1] == [[0], [1]]  # synced once
 
 
 @pytest.mark.timeout(300)
