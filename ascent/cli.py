@@ -124,8 +124,8 @@ def eval_(
 ) -> None:
     """Evaluate a policy: an LLM on [eval] problems (pass@k by rating band), or a classic PPO
     run's greedy episodes (mean, std of return)."""
-    from ascent.config import ClassicConfig
     from ascent.configfile import load_config
+    from ascent.rules import ClassicConfig
 
     if target.is_dir() and not (target / "config.toml").is_file():
         raise AscentError(f"{target}: a directory without config.toml; pass a run directory")
@@ -139,7 +139,7 @@ def eval_(
                 "--episodes is for classic PPO runs; an LLM eval runs [eval] problems "
                 "(limit them with --set eval.limit=N)"
             )
-        from ascent.config.llm_rules import eval_inert_settings
+        from ascent.rules.llm_rules import eval_inert_settings
 
         for warning in eval_inert_settings(cfg):
             typer.echo(f"warning: {warning}", err=True)

@@ -108,7 +108,7 @@ def trl_trainer(
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ascent.config.llm import DataSection
+    from ascent.config.data import DataSection
     from ascent.data import load_task
 
     train = load_task(DataSection(), seed=42).train

@@ -38,7 +38,7 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[4])  # the repository, for benchmarks.real_model
 from benchmarks.real_model import peak_rss_mb  # VmHWM: ru_maxrss carries the parent's peak
 torch.set_num_threads(int(sys.argv[3])); torch.set_flush_denormal(True)
-from ascent.config.llm import ModelSection
+from ascent.config.llm_sections import ModelSection
 from ascent.models import load_policy
 from ascent.train.forward import response_logprobs
 from ascent.train.train_batch import TrainBatch
@@ -62,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    from ascent.config.llm import ModelSection, TrainSection
+    from ascent.config.llm_sections import ModelSection, TrainSection
     from ascent.data.files import load_problems
     from ascent.models import load_policy, load_tokenizer
     from ascent.rollout import SamplingParams, TransformersEngine

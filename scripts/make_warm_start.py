@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-from ascent.config.llm import DataSection
+from ascent.config.data import DataSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.data import load_task
 from ascent.models import build_tiny_model

@@ -24,7 +24,7 @@ import resource, sys, json
 import torch
 torch.set_num_threads(1)
 from transformers import AutoConfig
-from ascent.config.llm import ModelSection
+from ascent.config.llm_sections import ModelSection
 from ascent.models import load_policy
 from ascent.train.forward import response_logprobs
 from ascent.rollout.batch import RolloutBatch

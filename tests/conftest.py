@@ -73,7 +73,7 @@ def smollm2_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_dir):
     """SmolLM2's tokenizer as ascent loads it (left padding, pad token set)."""
-    from ascent.config.llm import ModelSection
+    from ascent.config.llm_sections import ModelSection
     from ascent.models import load_tokenizer
 
     return load_tokenizer(ModelSection(name_or_path=str(smollm2_dir)))

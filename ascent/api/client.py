@@ -44,9 +44,8 @@ from ascent.api.keys import KeySource, Secret
 from ascent.api.roles import RoleSpec, resolve_roles
 from ascent.api.usage import UsageLedger
 from ascent.config.api import ApiSection
-from ascent.config.classic import ClassicConfig
-from ascent.config.llm import LLMConfig
 from ascent.errors import ConfigError, did_you_mean
+from ascent.rules import ClassicConfig, LLMConfig
 
 log = logging.getLogger("ascent.api")
 

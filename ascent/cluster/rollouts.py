@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ascent.cluster.rewards import Ledger, _shares
 from ascent.config.cluster import ClusterSection
-from ascent.config.llm import ModelSection
+from ascent.config.llm_sections import ModelSection
 from ascent.errors import AscentError
 from ascent.rollout import RolloutBatch, SamplingParams
 from ascent.rollout.sampling import draw_seeds

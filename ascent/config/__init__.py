@@ -1,11 +1,11 @@
-"""Typed configuration: one pydantic model per TOML section; the only place defaults live.
+"""Typed configuration: one pydantic model per TOML section and its field-level checks; the
+only place defaults live.
 
-Reading a file into these types (TOML or YAML, old names, settings.json, `config migrate`) is
-ascent.configfile's job, one layer up.
+The root models that combine the sections with the rules between them (`LLMConfig`,
+`ClassicConfig`) are ascent.rules', one layer up; reading a file into them (TOML or YAML, old
+names, settings.json, `config migrate`) is ascent.configfile's, the layer above that.
 """
 
 from ascent.config.base import Section
-from ascent.config.classic import ClassicConfig
-from ascent.config.llm import LLMConfig
 
-__all__ = ["ClassicConfig", "LLMConfig", "Section"]
+__all__ = ["Section"]

@@ -2,9 +2,9 @@
 and `LLMSections`, every table of a run with its type and default.
 
 The reference values of the write-ups (R1-Zero GRPO) are the defaults. Recipes in `examples/`
-and the built-in demo override them. The cross-section rules are `LLMConfig`'s (llm.py, written
-out in llm_rules.py), which read these types and nothing else, so the rules never need the
-root model that calls them.
+and the built-in demo override them. The cross-section rules are `LLMConfig`'s (ascent.rules:
+llm.py, written out in llm_rules.py), which read these types and nothing else, so the rules
+never need the root model that calls them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ascent.config.agentic import AgenticField, AgenticSection
+from ascent.config.agentic import AgenticSection
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
 from ascent.config.clean import CleanSection
@@ -411,8 +411,9 @@ class LLMSections(Section):
     )
     clean: CleanSection = Field(default_factory=CleanSection, description="`ascent data clean`.")
     grade: GradeSection = Field(default_factory=GradeSection, description="`ascent data grade`.")
-    # Checked after the sections it depends on (fields validate in this order).
-    agentic: AgenticField = Field(
+    # Checked after the sections it depends on (fields validate in this order; LLMConfig adds
+    # the rules, ascent.rules.agentic).
+    agentic: AgenticSection = Field(
         default_factory=AgenticSection, description="Agentic (multi-role, multi-turn) rollouts."
     )
     stages: list[StageSection] = Field(

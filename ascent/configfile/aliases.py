@@ -632,8 +632,7 @@ _NOT_BY_NAME = frozenset(
 
 def root_model(kind: Kind) -> type[BaseModel]:
     """The config model of a kind of run (its fields are the top-level keys)."""
-    from ascent.config.classic import ClassicConfig
-    from ascent.config.llm import LLMConfig
+    from ascent.rules import ClassicConfig, LLMConfig
 
     return LLMConfig if kind == "llm" else ClassicConfig
 

@@ -13,8 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from ascent.config.classic import ClassicConfig
-from ascent.config.llm import LLMConfig
+from ascent.rules import ClassicConfig, LLMConfig
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 

@@ -18,11 +18,10 @@ from typing import Any, TypeVar
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
-from ascent.config.classic import ClassicConfig
-from ascent.config.llm import LLMConfig
 from ascent.configfile import aliases
 from ascent.configfile.settings_json import SETTINGS_FILE, merge_settings_json
 from ascent.errors import ConfigError, did_you_mean
+from ascent.rules import ClassicConfig, LLMConfig
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from ascent.config.llm import ArithmeticSection
+from ascent.config.data import ArithmeticSection
 from ascent.data.problems import Problem, is_held_out
 
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from ascent.config.llm import CountdownSection
+from ascent.config.data import CountdownSection
 from ascent.data.problems import Problem, is_held_out
 
 _OPS = "+-*/"

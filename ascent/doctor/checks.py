@@ -22,9 +22,9 @@ from typing import Any, Literal
 from ascent.api.client import ApiClient, RetryPolicy
 from ascent.api.diagnoses import ApiError, BaseUrlError, CallContext, unknown_model
 from ascent.api.roles import RoleSpec
-from ascent.config.classic import ClassicConfig
 from ascent.config.run import RunSection
 from ascent.errors import AscentError
+from ascent.rules import ClassicConfig
 
 Status = Literal["ok", "warn", "fail", "skip"]
 

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from ascent.api.client import ApiClient
 from ascent.api.failures import ApiError
-from ascent.config.classic import ClassicConfig
-from ascent.config.llm import LLMConfig
 from ascent.doctor.checks import NO_ASSISTANT
 from ascent.errors import ConfigError
+from ascent.rules import ClassicConfig, LLMConfig
 
 PROMPT = "Reply with the single word: ok"
 SMOKE_MAX_TOKENS = 16  # room for "ok" from any tokenizer, little cost on a paid endpoint

@@ -38,7 +38,6 @@ from rich.markup import escape
 
 from ascent.api import ApiClient, UsageLedger
 from ascent.config.agentic import ROLES
-from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.evaluation.agentic_parts import (
     EPISODE_ERRORS,
@@ -68,6 +67,7 @@ from ascent.observe.progress import TrainProgress
 from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout.agentic.episode import EpisodeRunner
 from ascent.rollout.agentic.transcript import Episode
+from ascent.rules import LLMConfig
 
 
 def run_agentic_eval(

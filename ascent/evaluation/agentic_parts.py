@@ -21,7 +21,6 @@ from typing import Any
 
 from ascent.api import ApiClient, ApiError
 from ascent.api.failures import FATAL_ERRORS
-from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem, read_jsonl
 from ascent.errors import ConfigError
@@ -33,6 +32,7 @@ from ascent.rollout.agentic.episode import EpisodeRunner, EpisodeSettings, refer
 from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.verify import Verifier
+from ascent.rules import LLMConfig
 
 CHARS_PER_TOKEN = 4  # the transcript's length in tokens when no local tokenizer is loaded
 # The failed API requests of the episode running in the current task: (role, diagnosis).

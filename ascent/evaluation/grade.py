@@ -38,7 +38,6 @@ from rich.table import Table
 
 from ascent.config.data import ColumnsSection
 from ascent.config.grade import DIFFICULTIES
-from ascent.config.llm import LLMConfig
 from ascent.data.code_problems import MATH_PROMPTS, check_row_kind, code_row
 from ascent.data.files import DIFFICULTY_COLUMN, row_to_problem
 from ascent.data.problems import Problem as DataProblem
@@ -49,6 +48,7 @@ from ascent.evaluation.problem_set import MathProblem, Problem
 from ascent.evaluation.scoring import Scorer, make_scorer
 from ascent.evaluation.tasks import all_or_first_error
 from ascent.observe.progress import TrainProgress
+from ascent.rules import LLMConfig
 
 ORIGINAL_LABEL = "source_difficulty"  # where a row's own, non-grade difficulty label is kept
 

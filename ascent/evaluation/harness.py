@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from ascent.config.llm import LLMConfig
 from ascent.evaluation.bands import band_of
 from ascent.evaluation.policy import Endpoint, open_endpoint
 from ascent.evaluation.problem_set import (
@@ -41,6 +40,7 @@ from ascent.evaluation.results import ProblemResult, band_rows, notes, output_di
 from ascent.evaluation.scoring import Judged, Scorer, make_scorer
 from ascent.evaluation.tasks import REPORTED_FAILURES, all_or_first_error
 from ascent.observe.progress import TrainProgress
+from ascent.rules import LLMConfig
 
 if TYPE_CHECKING:
     from ascent.evaluation.agentic_results import AgenticRun

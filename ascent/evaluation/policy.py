@@ -26,8 +26,8 @@ from typing import Any
 
 from ascent.api import ApiClient, ApiError, RetryPolicy, RoleSpec
 from ascent.api.failures import FATAL_ERRORS
-from ascent.config.llm import LLMConfig
 from ascent.errors import AscentError, ConfigError
+from ascent.rules import LLMConfig
 
 LOCAL_ROLE = "policy"
 LOCAL_TIMEOUT_SEC = 24 * 3600.0  # local generation is never cut short by a timeout

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascent.config.llm import LLMConfig
 from ascent.evaluation.bands import Band, label_note, rows_by_band
 from ascent.evaluation.passk import mean_pass_at_k, pass_at_k
 from ascent.evaluation.policy import Sample
 from ascent.evaluation.problem_set import Problem, Prompt, describe
 from ascent.evaluation.scoring import Judged
+from ascent.rules import LLMConfig
 
 RESULTS_FILE = "eval_results.json"
 TRANSCRIPTS_FILE = "transcripts.jsonl"

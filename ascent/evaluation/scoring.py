@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascent.config.llm import LLMConfig
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.policy import Sample
 from ascent.evaluation.problem_set import MathProblem, Problem
 from ascent.rewards.code import CodeReward, CodeTask, build_code_reward, extract_code
 from ascent.rewards.math import MathReward
+from ascent.rules import LLMConfig
 
 
 @dataclass(frozen=True)

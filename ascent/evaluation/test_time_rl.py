@@ -32,7 +32,6 @@ import torch
 from torch import nn
 
 from ascent.algos import AdvantageBatch, masked_whiten
-from ascent.config.llm import LLMConfig
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.test_time_scoring import AttemptScorer, Scores, VisibleProblem
 from ascent.models.prompting import prompt_ids
@@ -41,6 +40,7 @@ from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.sampling import SamplingParams
 from ascent.rollout.transformers_engine import TransformersEngine
+from ascent.rules import LLMConfig
 from ascent.train.actor import Actor
 from ascent.train.distributed import Dist
 from ascent.train.llm_setup import eos_ids, make_optimizer

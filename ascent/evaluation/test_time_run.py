@@ -41,7 +41,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from ascent.api import ApiClient, UsageLedger
-from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.bands import Band, band_of
@@ -69,6 +68,7 @@ from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.agentic.roles import ApiRoles
 from ascent.rollout.agentic.verify import Verifier
+from ascent.rules import LLMConfig
 
 
 def run_test_time_rl(

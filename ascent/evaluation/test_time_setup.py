@@ -17,7 +17,6 @@ from pathlib import Path
 
 from ascent.config.agentic import GROUP_ADVANTAGES, ROLES, format_name
 from ascent.config.evaluation import HELD_OUT
-from ascent.config.llm import LLMConfig
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem
 from ascent.errors import ConfigError
@@ -26,6 +25,7 @@ from ascent.evaluation.bands import Skipped, in_bands, no_problem_in_bands
 from ascent.evaluation.problem_set import resolve_problems_path, select_problems
 from ascent.rollout.agentic.format_registry import FORMATS
 from ascent.rollout.agentic.formats import CodeFormat
+from ascent.rules import LLMConfig
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.config.llm import CriticSection, LoraSection, ModelSection
+from ascent.config.llm_sections import CriticSection, LoraSection, ModelSection
 from ascent.errors import AscentError, UnknownNameError, did_you_mean
 from ascent.models.builtin import BUILTIN_MODELS, BUILTIN_PREFIX
 from ascent.models.lean import lean_activations

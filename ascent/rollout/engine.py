@@ -21,10 +21,10 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from ascent.config.llm import LLMConfig
 from ascent.registry import Registry
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.sampling import SamplingParams
+from ascent.rules import LLMConfig
 
 
 class RolloutEngine(Protocol):

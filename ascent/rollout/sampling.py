@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ascent.config.llm import RolloutSection
+from ascent.config.llm_sections import RolloutSection
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ def find_model_dir(target: str | Path) -> Path:
 def _run_model(path: Path) -> Any | None:
     """The LLM `[model]` section of the run `path` (a checkpoint or model directory) lies in:
     the nearest config.toml at or above it; None when there is none or it is not an LLM run."""
-    from ascent.config.llm import LLMConfig
     from ascent.configfile import load_config
+    from ascent.rules import LLMConfig
 
     for parent in [path.resolve(), *list(path.resolve().parents)[:3]]:
         if (parent / "config.toml").is_file():
@@ -118,7 +118,7 @@ class LocalPolicy:
     def load(cls, target: str, name: str | None = None, device: str = "auto") -> LocalPolicy:
         import torch
 
-        from ascent.config.llm import ModelSection
+        from ascent.config.llm_sections import ModelSection
         from ascent.models import load_reference, load_tokenizer
 
         tokenizer_source = None

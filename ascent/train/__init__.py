@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ascent.config import ClassicConfig, LLMConfig
 from ascent.configfile import AnyConfig
+from ascent.rules import ClassicConfig, LLMConfig
 from ascent.rundir import RunDir
 from ascent.runtime import setup_runtime
 from ascent.train.distributed import Dist
@@ -25,8 +25,8 @@ def create_run_dir(
 
 def check_world_size(cfg: AnyConfig, world: int) -> None:
     """Refuse (one line) a config that cannot run on `world` ranks."""
-    from ascent.config.llm_rules import world_size_rules
     from ascent.errors import ConfigError
+    from ascent.rules.llm_rules import world_size_rules
 
     if world == 1:
         return

@@ -34,7 +34,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ascent.algos import PolicyLossInput, masked_mean, positive_nll, value_loss
 from ascent.algos.aggregation import token_mean
-from ascent.config.llm import TrainSection
+from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.forward import response_logprobs, response_values

@@ -73,11 +73,12 @@ from ascent.algos import (
 )
 from ascent.api import UsageLedger
 from ascent.api.assistant import assistant_session
-from ascent.config.classic import ClassicConfig, ClassicOptimSection, ClassicTrainSection
+from ascent.config.classic import ClassicOptimSection, ClassicTrainSection
 from ascent.models.actor_critic import ActorCritic
 from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
+from ascent.rules import ClassicConfig
 from ascent.rundir import RunDir
 from ascent.runtime import resolve_device
 from ascent.train.checkpoint import (

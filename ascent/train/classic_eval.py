@@ -15,9 +15,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ascent.config.classic import ClassicConfig
 from ascent.errors import AscentError
 from ascent.models.actor_critic import ActorCritic
+from ascent.rules import ClassicConfig
 from ascent.rundir import best_checkpoint, latest_checkpoint
 from ascent.runtime import resolve_threads
 from ascent.train.checkpoint import CLASSIC_KIND, load_checkpoint

@@ -26,7 +26,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ascent.algos import AggregationScale, explained_variance, masked_mean, value_loss
 from ascent.algos.aggregation import Aggregation
-from ascent.config.llm import TrainSection
+from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.forward import response_values

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.config.llm import RolloutSection
+from ascent.config.llm_sections import RolloutSection
 from ascent.data import Problem, PromptFormatter, reward_columns
 from ascent.observe.text_metrics import text_metrics
 from ascent.rewards import CompositeReward, is_correct

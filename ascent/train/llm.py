@@ -38,11 +38,11 @@ from transformers.utils import logging as hf_logging
 
 from ascent.api import UsageLedger
 from ascent.api.assistant import LogAssistant, assistant_session
-from ascent.config.llm import LLMConfig
 from ascent.data import ResampleReport
 from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
+from ascent.rules import LLMConfig
 from ascent.rundir import RunDir
 from ascent.runtime import resolve_device
 from ascent.train.agentic_step import AgenticTrainer, agentic_session

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.config.llm import LLMConfig
 from ascent.data import Problem, PromptFormatter, TaskData, load_task, uses_chat_template
 from ascent.errors import AscentError
 from ascent.models import load_tokenizer, resolve_dtype, resolve_model_path
@@ -28,6 +27,7 @@ from ascent.models.memory import (
     available_mib,
     estimate_memory,
 )
+from ascent.rules import LLMConfig
 from ascent.train.distributed import Dist
 from ascent.train.forward import FUSED_HEAD_TYPES
 from ascent.train.parts import algorithm_parts

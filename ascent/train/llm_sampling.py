@@ -35,7 +35,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
-from ascent.config.llm import SamplingSection
+from ascent.config.llm_sections import SamplingSection
 from ascent.data import DrawnPrompt, ResampleReport
 from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import Rollouts, Scored, group_rewards, reward_metrics

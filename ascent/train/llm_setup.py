@@ -32,7 +32,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.config.cluster import ClusterSection
-from ascent.config.llm import LLMConfig, OptimSection
+from ascent.config.llm_sections import OptimSection
 from ascent.data import (
     PromptFormatter,
     PromptSampler,
@@ -52,6 +52,7 @@ from ascent.models import (
 from ascent.observe.text_metrics import reflection_pattern
 from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, EngineContext, RolloutEngine, SamplingParams
+from ascent.rules import LLMConfig
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ascent.config.llm import LLMConfig
+from ascent.rules import LLMConfig
 from ascent.rundir import FINAL_MODEL, RunDir
 from ascent.train.distributed import Dist
 

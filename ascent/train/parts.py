@@ -25,7 +25,7 @@ from ascent.algos import (
 from ascent.algos.aggregation import Aggregation
 from ascent.algos.kl import KLEstimator
 from ascent.algos.policy_loss import PolicyLoss
-from ascent.config.llm import LLMConfig
+from ascent.rules import LLMConfig
 
 
 @dataclass(frozen=True)

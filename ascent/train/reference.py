@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from ascent.config.llm import TrainSection
+from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.actor import Actor
 from ascent.train.distributed import Dist

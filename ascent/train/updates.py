@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ascent.algos import AggregationScale
-from ascent.config.llm import TrainSection
+from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.train_batch import TrainBatch

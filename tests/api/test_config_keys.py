@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from ascent.api import KeySource, Secret, normalize_base_url, redact, resolve_roles
 from ascent.api.diagnoses import KeyLooksLikeNameError, KeyMissingError
-from ascent.config import LLMConfig
 from ascent.configfile import load_config
 from ascent.errors import ConfigError
+from ascent.rules import LLMConfig
 from tests.api.conftest import KEY, leaks
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "api_roles.toml"

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from gymnasium import spaces
 
-from ascent.config import ClassicConfig
 from ascent.config.classic import (
     ClassicOptimSection,
     ClassicTrainSection,
@@ -17,6 +16,7 @@ from ascent.config.classic import (
 )
 from ascent.configfile import load_config
 from ascent.errors import ConfigError
+from ascent.rules import ClassicConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

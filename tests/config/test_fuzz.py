@@ -21,9 +21,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from ascent.config import ClassicConfig, LLMConfig
 from ascent.configfile import load_config
 from ascent.errors import AscentError, ConfigError
+from ascent.rules import ClassicConfig, LLMConfig
 from tests.fuzzing import FUZZ, one_line_or_success
 
 # -- the shape of the real config ------------------------------------------------------------

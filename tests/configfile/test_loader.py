@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config import ClassicConfig, LLMConfig
 from ascent.configfile import load_config
 from ascent.configfile.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
 from ascent.errors import ConfigError
+from ascent.rules import ClassicConfig, LLMConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import tomli_w
 
-from ascent.config import ClassicConfig, LLMConfig
 from ascent.configfile import load_config
 from ascent.configfile.loader import tomllib
 from ascent.configfile.migrate import _check, migrate_file
 from ascent.configfile.migrate_read import read_any
 from ascent.errors import ConfigError
+from ascent.rules import ClassicConfig, LLMConfig
 from tests.fake_secrets import FAKE_KEY
 
 SEEDS = Path(__file__).resolve().parent / "seed_configs"

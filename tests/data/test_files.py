@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from ascent.config.data import ColumnsSection
-from ascent.config.llm import DataSection
+from ascent.config.data import ColumnsSection, DataSection
 from ascent.configfile import load_config
 from ascent.data import load_task
 from ascent.data.files import load_problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ascent.config.llm import DataSection
+from ascent.config.data import DataSection
 from ascent.configfile import load_config
 from ascent.data import PromptSampler, is_held_out, load_task
 from ascent.errors import ConfigError

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 
 from ascent.config.evaluation import EvalSection
-from ascent.config.llm import LLMConfig
 from ascent.data.code_problems import CodeProblem, load_code_problems
 from ascent.evaluation.policy import Sample
 from ascent.evaluation.problem_set import MathProblem, render_prompt
 from ascent.evaluation.scoring import CodeScorer, code_task, function_program
 from ascent.rewards.judge import StdioTest
+from ascent.rules import LLMConfig
 from tests.evaluation.conftest import data_file
 
 PROMPT = 'from typing import List\n\n\ndef total(xs: List[int]) -> int:\n    """Sum."""\n'

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ascent.config.llm_rules import eval_inert_settings
 from ascent.configfile import load_config
 from ascent.errors import ConfigError
 from ascent.evaluation import run_eval
@@ -25,6 +24,7 @@ from ascent.models import load_policy
 from ascent.rewards.judge import StdioTest
 from ascent.rollout.agentic.arithmetic import ArithmeticFormat, column_check
 from ascent.rollout.agentic.verify import Verifier
+from ascent.rules.llm_rules import eval_inert_settings
 from tests.api.scripted_server import Reply, Seen, models_body, ok
 from tests.evaluation.conftest import CHAT, MODELS, PROJECT, prompt_of
 

@@ -13,8 +13,8 @@ import torch
 from tokenizers import processors
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ascent.config.llm import LLMConfig
 from ascent.data import DrawnPrompt, Problem, PromptFormatter, uses_chat_template
+from ascent.rules import LLMConfig
 from ascent.serve.local_policy import LocalPolicy
 from ascent.serve.server import PolicyServer
 from ascent.train.distributed import Dist

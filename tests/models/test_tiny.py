@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ascent.config.llm import ModelSection
+from ascent.config.llm_sections import ModelSection
 from ascent.errors import AscentError, UnknownNameError
 from ascent.models import (
     TINY,

@@ -232,9 +232,9 @@ def test_two_ranks_share_one_server_and_one_sync_folder(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_a_server_that_restarts_gets_the_weights_again_and_a_dead_one_is_one_line(tiny, tmp_path):
-    from ascent.config.llm import LLMConfig
     from ascent.rollout.engine import EngineContext
     from ascent.rollout.vllm_server import VLLMServers
+    from ascent.rules import LLMConfig
 
     model, tok, path = tiny
     before = leftovers()

@@ -35,7 +35,7 @@ def test_shared_prompt_forward_matches_plain_forward_in_value_and_gradient():
 
 def test_lora_policy_trains_only_adapters_and_decodes_through_the_fast_path(tmp_path):
     pytest.importorskip("peft")
-    from ascent.config.llm import ModelSection
+    from ascent.config.llm_sections import ModelSection
     from ascent.models import load_policy
     from ascent.rollout.decoders import StaticLlamaDecoder
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config import LLMConfig
 from ascent.configfile import load_config
 from ascent.errors import ConfigError
+from ascent.rules import LLMConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RECIPES = ["grpo", "dr_grpo", "dapo", "gspo", "srpo", "ppo_llm", "vapo"]

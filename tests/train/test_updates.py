@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from ascent.config.llm import TrainSection
+from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.updates import micro_batch_rows, padding_fraction, per_micro_batch

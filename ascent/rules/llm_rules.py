@@ -3,7 +3,7 @@
 Each function raises `ValueError("[section] key: what is wrong; what to do")` (the loader turns
 it into one line naming the file) and returns nothing when the config is sound. They are
 `LLMConfig`'s validators (llm.py), written out here to keep the section models short; they
-read the typed sections (llm_sections.py) and never the root model that calls them.
+read the typed sections (ascent/config/llm_sections.py) and never the root model that calls them.
 `inert_settings` returns warnings instead: settings that are legal but can have no effect in
 this config.
 """

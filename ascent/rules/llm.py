@@ -1,9 +1,9 @@
 """The root model of an LLM post-training run: `LLMSections`' tables plus the rules between them.
 
 Cross-section rules (batch arithmetic, names that must exist in a registry, settings a chosen
-component cannot honour) are `LLMConfig`'s validators (written out in `llm_rules.py`), so that a
-bad combination fails at load time with one line saying what to change. The sections themselves
-are in llm_sections.py and re-exported here, their historical home.
+component cannot honour) are `LLMConfig`'s validators (written out in `llm_rules.py` and
+`agentic.py`), so that a bad combination fails at load time with one line saying what to
+change. The sections themselves, and every default, are ascent.config's.
 """
 
 from __future__ import annotations
@@ -11,27 +11,13 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from ascent.config import llm_rules, names
-from ascent.config.data import (  # noqa: F401  (re-exported: ascent.config.llm is their home)
-    ArithmeticSection,
-    ColumnsSection,
-    CountdownSection,
-    DataSection,
-)
-from ascent.config.llm_sections import (  # noqa: F401  (re-exported)
-    AlgorithmSection,
-    CriticSection,
-    LLMSections,
-    LoraSection,
-    ModelSection,
-    OptimSection,
-    RolloutSection,
-    SamplingSection,
-    StageSection,
-    TrainSection,
-)
+from ascent.config import names
+from ascent.config.agentic import AgenticSection
+from ascent.config.llm_sections import AlgorithmSection, LLMSections, RolloutSection, StageSection
+from ascent.rules import llm_rules
+from ascent.rules.agentic import AgenticField
 
 
 def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -46,6 +32,10 @@ def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 class LLMConfig(LLMSections):
     """An LLM post-training run (GRPO, PPO, VAPO, DAPO, SRPO, agentic GRPO)."""
+
+    agentic: AgenticField = Field(  # the section, checked against the sections before it
+        default_factory=AgenticSection, description="Agentic (multi-role, multi-turn) rollouts."
+    )
 
     def stage_configs(self) -> list[tuple[str, LLMConfig]]:
         """Each stage's full config: the top level with the stage's tables merged in."""
