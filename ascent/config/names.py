@@ -1,18 +1,46 @@
-"""Names of the parts that live in higher layers, as the config may refer to them.
+"""Names (and, for engines, what each can do) of the parts that live in higher layers, as the
+config and its rules may refer to them.
 
 The config is a leaf: it never imports `ascent.data` or `ascent.rollout`, where these parts
 are registered. Their names are written here once; `tests/config/test_names.py` checks that
-each list equals its registry, so adding a part means adding its name here too.
+each list equals its registry, and that each engine's traits equal the ones it registered
+with, so adding a part means adding it here too, and the rules that refuse what an engine
+cannot do read its registered traits instead of restating them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ascent.errors import did_you_mean
 
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """What a rollout engine can do, declared where it registers (`ENGINES.register(name,
+    traits=...)`): what the rules need to know before anything is loaded."""
+
+    module: str | None = None  # the package it needs (checked with find_spec) ...
+    extra: str | None = None  # ... and the scripts/setup.sh extra that installs it
+    agentic: bool = False  # samples the trained policy's turns of agentic episodes in-process
+    ray_replicas: bool = False  # Ray rollout replicas run it
+    exact_float32: bool = False  # in float32, samples with the trainer's weights and numerics
+
+
 TASKS = ("arithmetic", "countdown")  # ascent.data.tasks.TASKS
-ENGINES = ("transformers", "vllm")  # ascent.rollout.ENGINES
+ENGINE_TRAITS = {  # ascent.rollout.ENGINES and their `traits`
+    "transformers": EngineTraits(agentic=True, ray_replicas=True, exact_float32=True),
+    "vllm": EngineTraits(module="vllm", extra="vllm"),
+}
+ENGINES = tuple(ENGINE_TRAITS)
+
+
+def engines_that(trait: str) -> str:
+    """The engines with `trait`, for a message: 'transformers' or 'transformers or vllm'."""
+    return " or ".join(f'"{n}"' for n, t in ENGINE_TRAITS.items() if getattr(t, trait))
+
+
 AGENTIC_FORMATS = ("arithmetic", "code")  # ascent.rollout.agentic.format_registry.FORMATS
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import Tensor, nn
 
+from ascent.config.names import EngineTraits
 from ascent.models.interface import base_model
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.decoders import CacheDecoder, PackedLlama, StaticLlamaDecoder
@@ -260,7 +261,11 @@ class StopStrings:
         return torch.tensor(found, dtype=torch.bool, device=tokens.device)
 
 
-@ENGINES.register("transformers")
+@ENGINES.register(
+    "transformers",
+    # decodes the trainer's module (or a copy of it) in this process with torch's own kernels
+    traits=EngineTraits(agentic=True, ray_replicas=True, exact_float32=True),
+)
 def build_transformers(ctx: EngineContext) -> TransformersEngine:
     """Decoding the trainer's module in place, or a copy of its own (loaded in the compute
     dtype; the trainer syncs it before the first generate)."""

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ascent.config.names import EngineTraits
 from ascent.models import resolve_model_path
 from ascent.rollout.engine import ENGINES, EngineContext
 from ascent.rollout.vllm_engine import VLLMEngine
 from ascent.rollout.vllm_server import VLLMServers
 
 
-@ENGINES.register("vllm")
+# its own kernels and copy of the weights (log-probs differ a little from the trainer's); its
+# own scheduler, so agentic turns and Ray replicas are not served by it
+@ENGINES.register("vllm", traits=EngineTraits(module="vllm", extra="vllm"))
 def build_vllm(ctx: EngineContext) -> Any:
     """`[rollout.vllm] mode`: an engine in this process, or the servers (vllm_server.py)."""
     v = ctx.cfg.rollout.vllm

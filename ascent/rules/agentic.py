@@ -47,10 +47,10 @@ def _refuse_foreign(section: AgenticSection, data: dict[str, Any]) -> None:
             )
     if rollout is None:
         return
-    if rollout.engine != "transformers":
+    if not names.ENGINE_TRAITS[rollout.engine].agentic:
         raise ValueError(
-            "[rollout] engine: the trained policy plays its roles in this process; "
-            'use "transformers"'
+            f'[rollout] engine: "{rollout.engine}" cannot sample the trained policy\'s turns of '
+            f"agentic episodes in this process; use {names.engines_that('agentic')}"
         )
     if section.off_policy_correction and (rollout.top_k or rollout.top_p < 1.0):
         # The rollout records log-probs of the untruncated policy (ascent.rollout.sampling),

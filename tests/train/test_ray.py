@@ -164,7 +164,7 @@ def test_an_unreachable_address_is_one_line_within_seconds(tmp_path, run_cli):
         ([RAY[0], "cluster.reward_workers=2", "cluster.cpus_per_rollout=2"],
          "cpus_per_rollout: rollout_replicas = 0, so no actor takes it"),
         ([RAY[0], "cluster.rollout_replicas=2", 'rollout.engine="vllm"'],
-         'the replicas run the transformers engine, not \\[rollout\\] engine = "vllm"'),
+         'Ray replicas cannot run \\[rollout\\] engine = "vllm"; .* use engine = "transformers"'),
     ],
 )  # fmt: skip
 def test_cluster_settings_that_cannot_act_are_refused(settings, message):
