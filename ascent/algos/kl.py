@@ -63,7 +63,10 @@ def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
         ref_logp: (B, T) log pi_ref of the same tokens.
     """
     log_ratio = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    # expm1(x) - x, not exp(x) - x - 1: near x = 0 the latter is off by a rounding of 1
+    # (-1e-16 at x = 2e-12: below zero), the former by a rounding of x at most, and never
+    # negative (expm1(x) >= x, and rounding keeps the order).
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def kl_penalty_rewards(rewards: Tensor, kl: Tensor, coef: float, mask: Tensor) -> Tensor:

@@ -59,3 +59,14 @@ def test_kl_penalty_is_subtracted_on_masked_tokens_without_gradient():
     shaped = kl_penalty_rewards(rewards, kl, 0.1, mask)
     torch.testing.assert_close(shaped, torch.tensor([[-0.05, -0.1, 0.8, 0.0]]))
     assert not shaped.requires_grad
+
+
+def test_k3_is_not_negative_for_a_log_ratio_too_small_for_exp_minus_one():
+    """Found by the property test above: exp(x) - x - 1 is -1.1e-16 at x = 1.92e-12."""
+    logp = torch.tensor([-1.9212360904529966e-12, 0.0, -3e-9], dtype=torch.float64)
+    ref = torch.tensor([0.0, -1e-15, 0.0], dtype=torch.float64)
+    values = KL_ESTIMATORS.get("k3")(logp, ref)
+    assert (values >= 0).all()
+    x = ref - logp  # k3 = x^2 / 2 + x^3 / 6 + ..., off by at most a rounding of x
+    series = x**2 / 2 + x**3 / 6
+    assert ((values - series).abs() <= 2 * torch.finfo(torch.float64).eps * x.abs()).all()
