@@ -113,6 +113,11 @@ def read_best(ckpt_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def is_run_dir(path: Path) -> bool:
+    """A directory `RunDir.create` made: it writes config.toml first of all."""
+    return path.is_dir() and not path.is_symlink() and (path / "config.toml").is_file()
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -153,6 +158,12 @@ class RunDir:
                 raise AscentError(
                     f"run directory {path} already exists; pass --resume {path} to continue it, "
                     "--overwrite to replace it, or --set run.name=NEW for a new run"
+                )
+            if not is_run_dir(path):
+                raise AscentError(
+                    f"--overwrite: {path} is not a run directory (no config.toml), and ascent "
+                    "deletes only its own runs; choose another run.name or output_dir, or move "
+                    "it away yourself"
                 )
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)

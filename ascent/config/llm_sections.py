@@ -22,7 +22,7 @@ from ascent.config.data import DataSection
 from ascent.config.evaluation import EvalSection
 from ascent.config.grade import GradeSection
 from ascent.config.rewards import RewardSection, SandboxSection
-from ascent.config.run import LoggingSection, RunSection
+from ascent.config.run import LoggingSection, RunSection, check_dir_name
 from ascent.config.vllm import VllmSection
 
 
@@ -369,6 +369,11 @@ class StageSection(Section):
     train: dict[str, Any] = Field(default_factory=dict, description="Overrides of [train].")
     optim: dict[str, Any] = Field(default_factory=dict, description="Overrides of [optim].")
     reward: dict[str, Any] = Field(default_factory=dict, description="Overrides of [reward].")
+
+    @field_validator("name")
+    @classmethod
+    def _one_directory(cls, value: str) -> str:
+        return check_dir_name(value, "[stages] name")
 
 
 class LLMSections(Section):

@@ -4,9 +4,28 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ascent.config.base import Section
+
+MAX_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems allow
+
+
+def check_dir_name(value: str, where: str) -> str:
+    """A name that becomes one directory under another: one path component, never a path
+    (`.`, `..` or a `/` would put the run, and what `--overwrite` deletes, elsewhere)."""
+    bad = (
+        value in (".", "..")
+        or any(c in value for c in "/\\\0")
+        or len(value.encode("utf-8")) > MAX_NAME_BYTES
+    )
+    if bad:
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise ValueError(
+            f"{where}: {shown!r} is not a directory name (one name, not '.' or '..': no '/', "
+            f"'\\' or NUL, at most {MAX_NAME_BYTES} bytes); e.g. name = \"my-run\""
+        )
+    return value
 
 
 class RunSection(Section):
@@ -17,6 +36,7 @@ class RunSection(Section):
         description="Run name; the run directory is output_dir/name (empty: the config file stem).",
     )
     output_dir: str = Field("runs", description="Directory that holds one sub-directory per run.")
+
     seed: int = Field(42, ge=0, description="Seed for torch, numpy, Python and data shuffling.")
     device: str = Field(
         "auto",
@@ -31,6 +51,11 @@ class RunSection(Section):
     deterministic: bool = Field(
         False, description="Ask torch for deterministic kernels (slower; for exact reproduction)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _one_directory(cls, value: str) -> str:
+        return check_dir_name(value, "[run] name")
 
 
 class LoggingSection(Section):

@@ -8,7 +8,7 @@ import pytest
 
 from ascent.configfile import load_config
 from ascent.configfile.loader import tomllib  # tomllib on 3.11+, tomli on 3.10
-from ascent.errors import AscentError
+from ascent.errors import AscentError, ConfigError
 from ascent.rundir import RunDir
 from ascent.train.checkpoint import save_checkpoint
 
@@ -36,6 +36,31 @@ def test_overwrite_replaces_the_old_run(cfg):
     (first.path / "old.txt").write_text("x")
     second = RunDir.create(cfg, overwrite=True)
     assert not (second.path / "old.txt").exists()
+
+
+def test_overwrite_never_deletes_a_directory_that_is_not_a_run(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    cfg = load_config(None, [f'run.output_dir="{tmp_path}"', "run.name=victim"])
+    with pytest.raises(AscentError, match=r"is not a run directory .* deletes only its own runs"):
+        RunDir.create(cfg, overwrite=True)
+    assert (victim / "thesis.tex").read_text() == "years of work"
+
+
+@pytest.mark.parametrize(
+    "name", [".", "..", "../victim", "../../x", "a/b", "a\\b", "x\0y", "r" * 256, "é" * 128]
+)
+def test_a_run_name_is_one_directory_name_never_a_path(tmp_path, name):
+    with pytest.raises(ConfigError, match=r"\[run\] name: .* is not a directory name"):
+        load_config(None, [f'run.output_dir="{tmp_path}"', f"run.name={json.dumps(name)}"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_names_that_are_one_directory_are_accepted(tmp_path):
+    for name in ("exp", "v1.2", "..hidden-ish", "r" * 255, "grpo run 3"):
+        cfg = load_config(None, [f'run.output_dir="{tmp_path}"', f"run.name={json.dumps(name)}"])
+        assert RunDir.create(cfg).path == tmp_path / name
 
 
 def test_resume_points_at_the_latest_checkpoint(cfg):
@@ -76,3 +101,9 @@ def test_summary_holds_the_run_paths(cfg):
     data = json.loads(path.read_text())
     assert data["steps"] == 3
     assert data["paths"]["metrics"].endswith("metrics.jsonl")
+
+
+def test_a_stage_name_is_one_directory_name_too(tmp_path):
+    stages = 'stages=[{name="../escape", train={total_steps=2}}]'
+    with pytest.raises(ConfigError, match=r"\[stages\] name: '../escape' is not a directory name"):
+        load_config(None, [f'run.output_dir="{tmp_path}"', stages])
