@@ -26,6 +26,7 @@ from ascent.config.llm_sections import ModelSection
 from ascent.errors import AscentError
 from ascent.rollout import RolloutBatch, SamplingParams
 from ascent.rollout.sampling import draw_seeds
+from ascent.rollout.transport import RayObjectStore
 
 
 class RolloutReplica:
@@ -79,6 +80,7 @@ class RayRolloutEngine:
         self.pad_id = pad_id
         self.version = 0
         self._weights: Any = None  # the latest weights in the object store
+        self.transport = RayObjectStore(ray)
         self.ledger = ray.remote(num_cpus=0)(Ledger).remote()
         remote = ray.remote(
             num_cpus=cluster.cpus_per_rollout,
@@ -96,8 +98,7 @@ class RayRolloutEngine:
         ]
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
-        state = {name: t.detach().cpu() for name, t in weights}  # ray.put copies them
-        self._weights = self.ray.put(state)
+        self._weights = self.transport.send(weights, version)
         self.version = version
         for replica in self.replicas:
             self._sync(replica)

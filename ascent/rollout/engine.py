@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ascent.registry import Registry
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.sampling import SamplingParams
+from ascent.rollout.transport import Transport
 from ascent.rules import LLMConfig
 
 
@@ -37,6 +38,7 @@ class RolloutEngine(Protocol):
     # its own copy of the base weights); else it takes the full weights, adapters merged.
     takes_adapters: bool
     version: int  # the policy version of the weights it samples with
+    transport: Transport  # how `sync_weights` moves the weights (transport.py)
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
         """Sample with these weights (policy `version`) from the next `generate` on."""

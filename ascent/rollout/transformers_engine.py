@@ -37,6 +37,7 @@ from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.decoders import CacheDecoder, PackedLlama, StaticLlamaDecoder
 from ascent.rollout.engine import ENGINES, EngineContext
 from ascent.rollout.sampling import SamplingParams, sample_next
+from ascent.rollout.transport import InPlace, StateDict, Transport
 
 
 def left_pad(
@@ -83,6 +84,8 @@ class TransformersEngine:
         self.dtype = dtype  # the fast decoder's weights and activations; None: the model's
         self.decode = decode  # token ids -> text, to find stop strings
         self.version = version
+        # in place: the trainer's module; else a copy of the weights, loaded before a generate
+        self.transport: Transport = InPlace() if live is not None else StateDict(clone=True)
         self._staged: tuple[int, dict[str, Tensor]] | None = None
         self._lock = threading.Lock()  # guards _staged
         self._generating = threading.Lock()  # one generate call at a time
@@ -91,10 +94,10 @@ class TransformersEngine:
         """Nothing to stop: the engine lives in this process."""
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        staged = self.transport.send(weights, version)
         if self.live is not None:
             self.version = version  # the module IS the trainer's: nothing to load
             return
-        staged = {name: tensor.detach().clone() for name, tensor in weights}
         with self._lock:
             self._staged = (version, staged)
 

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.sampling import SamplingParams, draw_seeds
+from ascent.rollout.transport import StateDict
 
 
 def _reload(worker: Any, weights: list[tuple[str, Tensor]]) -> None:
@@ -133,6 +134,8 @@ class VLLMEngine:
         self.eos_ids = sorted(set(eos_ids))
         self.device = device
         self.version = 0
+        # the trainer's tensors, copied into the engine's own weights by reload_weights at once
+        self.transport = StateDict(clone=False)
         self.sleep_mode = sleep_mode and not cpu
         self._lock = threading.RLock()
         self.asleep = False
@@ -148,7 +151,7 @@ class VLLMEngine:
             torch.set_rng_state(rng)
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
-        full = [(name, t.detach()) for name, t in weights]
+        full = list(self.transport.send(weights, version).items())
         with self._lock:  # not while `[rollout] async` generates on its own thread
             if self.asleep:
                 self.llm.wake_up(tags=["weights"])

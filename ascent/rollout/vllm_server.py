@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +39,7 @@ from ascent.errors import AscentError
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.engine import EngineContext
 from ascent.rollout.sampling import SamplingParams, draw_seeds
+from ascent.rollout.transport import SafetensorsDir
 from ascent.rollout.vllm_engine import completions_to_batch, engine_args
 
 MODEL_NAME = "policy"  # the name ascent's servers serve the model under
@@ -116,6 +116,7 @@ class VLLMServers:
         self.eos_ids = sorted(set(eos_ids))
         self.device = device
         self.sync_dir = sync_dir
+        self.transport = SafetensorsDir(sync_dir)
         self.timeout = timeout
         self.processes = list(processes)
         self.version = 0
@@ -247,23 +248,14 @@ class VLLMServers:
     # -- weights ------------------------------------------------------------------------
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
-        from safetensors.torch import save_file
-
-        target = self.sync_dir / f"version-{version:06d}"
-        tmp = self.sync_dir / f".tmp-version-{version:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        state = {name: t.detach().to("cpu").clone() for name, t in weights}  # tied: copied
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
+        target = self.transport.send(weights, version)
         with self._lock:  # after the batch being sampled, if any
             self._weights, self.version = target, version
             for url in self.urls:
                 self._reload(url)
-        for old in self.sync_dir.glob("version-*"):
+        for old in self.sync_dir.glob("version-*"):  # the previous one, or a past session's
             if old != target:
-                shutil.rmtree(old, ignore_errors=True)
+                self.transport.release(old)
 
     def _reload(self, url: str) -> None:
         self._post(url, "/pause?mode=wait", {})

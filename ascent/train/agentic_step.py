@@ -250,7 +250,9 @@ class AgenticTrainer:
             metrics["update_skipped"] = 1.0
         self._count_skipped(groups, skipped=not trained)
         run.version = step
+        sync = time.perf_counter()
         self.engine.sync_weights(run.actor.weights(self.engine.takes_adapters), step)
+        metrics["time/weight_sync"] = time.perf_counter() - sync
         self.producer.publish(step)
         t2 = time.perf_counter()
         metrics |= {

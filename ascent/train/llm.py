@@ -254,7 +254,9 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
             elif not stop["stop"]:
                 bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
                 export_final(run, run_dir)
-            summary = _summary(run, progress, log, clock.tick(), ended=ended)
+            sampler = agentic_trainer.engine if agentic_trainer is not None else None
+            transport = (sampler or run.engine).transport.name  # episodes: the producer's
+            summary = _summary(run, progress, log, clock.tick(), ended=ended, transport=transport)
         if agentic_trainer is None and dist.main:
             usage.finish(run_dir.path, bar.print)
     if dist.main:
@@ -286,7 +288,13 @@ def _placement(cfg: LLMConfig) -> dict[str, Any]:
 
 
 def _summary(
-    run: LLMRun, progress: Progress, log: MetricsLogger | _Silent, wall: float, *, ended: str
+    run: LLMRun,
+    progress: Progress,
+    log: MetricsLogger | _Silent,
+    wall: float,
+    *,
+    ended: str,
+    transport: str,
 ) -> dict[str, Any]:
     after = progress.last_eval if progress.last_eval_step == progress.step else {}
     return {
@@ -302,5 +310,6 @@ def _summary(
         "ended": ended,  # total_steps, plateau or interrupted
         "world_size": run.dist.world_size,
         "placement": _placement(run.cfg),
+        "weight_transport": transport,  # how the new weights reached the sampling engine
         "final_metrics": {k: v for k, v in log.last.items() if k != "step"},
     }

@@ -30,6 +30,8 @@ reports:
                                tokens; is_clip_frac is then the share of tokens capped
     tokens_per_s               response tokens per second of the whole step (all ranks)
     time/rollout, time/update  seconds spent in each stage
+    time/weight_sync           of the update's: seconds for the new weights to reach the engine
+                               (through its transport, named in summary.json)
     memory/peak_gib            on GPUs: the most memory any rank has allocated so far
 """
 
@@ -227,7 +229,9 @@ def _update(run: LLMRun, usable: Scored, step: int) -> dict[str, float]:
     else:
         metrics.update(run.actor.update(batch, step))
         run.version = step
+        start = time.perf_counter()
         run.engine.sync_weights(run.actor.weights(run.engine.takes_adapters), run.version)
+        metrics["time/weight_sync"] = time.perf_counter() - start
     return metrics
 
 

@@ -36,8 +36,12 @@ class RankZeroEngine:
         assert (engine is not None) == dist.main, "rank 0, and only rank 0, holds the engine"
         self.dist = dist
         self.engine = engine
-        flags = (engine.exact_logprobs, engine.takes_adapters) if engine is not None else None
-        self.exact_logprobs, self.takes_adapters = dist.broadcast(flags)
+        flags = None
+        if engine is not None:
+            flags = (engine.exact_logprobs, engine.takes_adapters, engine.transport.name)
+        self.exact_logprobs, self.takes_adapters, transport = dist.broadcast(flags)
+        # rank 0 publishes through the engine's transport; the others send nothing
+        self.transport = engine.transport if engine is not None else _NothingSent(transport)
         self.version = engine.version if engine is not None else 0
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
@@ -81,6 +85,19 @@ class RankZeroEngine:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+
+class _NothingSent:
+    """A rank that is not the publisher: named as rank 0's transport, it moves nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def send(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        return None
+
+    def release(self, parcel: Any) -> None:
+        pass
 
 
 _FIELDS = tuple(RolloutBatch.__dataclass_fields__)
