@@ -13,13 +13,18 @@ their output (`ascent.observe`, `ascent.api`): atomic text and directory replace
 names and listing, and `RunDir`.
 
 An existing run directory is never overwritten unless the user says `--overwrite`; `--resume`
-continues it from its latest checkpoint. A run killed before its first checkpoint has nothing
-to continue from: `--resume` starts it again in place (its partial metrics and samples are
-dropped, so every step is logged once). A staged run resumes stage by stage (llm_stages.py).
+continues it from its latest checkpoint. A run holds an exclusive lock on its directory
+(`.lock`, with the holder's PID) from `RunDir.create` until `release` (the end of
+`run_training`, or the process's exit, however it ends), so a second `ascent train` can neither
+`--overwrite` nor `--resume` a run that is still going. A run killed before its first
+checkpoint has nothing to continue from: `--resume` starts it again in place (its partial
+metrics and samples are dropped, so every step is logged once). A staged run resumes stage
+by stage (llm_stages.py).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -113,6 +118,54 @@ def read_best(ckpt_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+LOCK_FILE = ".lock"
+_held: dict[Path, Any] = {}  # run directory -> the open lock file this process holds
+
+
+def lock(path: Path) -> None:
+    """Take the run directory's exclusive lock, or say (one line) which process holds it.
+    A lock this process already holds is kept; file systems without locks go unlocked."""
+    key = path.resolve()
+    mine = _held.get(key)
+    if mine is not None and _same_file(mine, path / LOCK_FILE):
+        return
+    handle = open(path / LOCK_FILE, "a+")  # noqa: SIM115  (held until release)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise AscentError(
+            f"run directory {path} is in use by another ascent process (PID {holder}); wait "
+            "for it to end (or stop it), or use another run.name"
+        ) from None
+    except OSError:  # no locks on this file system: go on unlocked
+        handle.close()
+        return
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    if mine is not None:
+        mine.close()
+    _held[key] = handle
+
+
+def release(path: Path) -> None:
+    """Give the run directory's lock back (a no-op when this process does not hold it)."""
+    handle = _held.pop(path.resolve(), None)
+    if handle is not None:
+        handle.close()
+
+
+def _same_file(handle: Any, path: Path) -> bool:
+    try:
+        return os.fstat(handle.fileno()).st_ino == path.stat().st_ino
+    except OSError:
+        return False
+
+
 def is_run_dir(path: Path) -> bool:
     """A directory `RunDir.create` made: it writes config.toml first of all."""
     return path.is_dir() and not path.is_symlink() and (path / "config.toml").is_file()
@@ -165,8 +218,10 @@ class RunDir:
                     "deletes only its own runs; choose another run.name or output_dir, or move "
                     "it away yourself"
                 )
+            lock(path)  # refused while another process runs it
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
+        lock(path)
         run_dir = cls(path)
         write_text_atomic(run_dir.config_path, dump_config(cfg))
         return run_dir
@@ -175,6 +230,7 @@ class RunDir:
     def _resume(cls, path: Path, cfg: AnyConfig) -> RunDir:
         if not path.is_dir():
             raise AscentError(f"--resume {path}: no such run directory; check the path")
+        lock(path)  # refused while another process runs it
         ckpt = latest_checkpoint(path)
         staged = bool(getattr(cfg, "stages", None))
         if ckpt is None and not staged:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ascent.configfile import AnyConfig
 from ascent.rules import ClassicConfig, LLMConfig
-from ascent.rundir import RunDir
+from ascent.rundir import RunDir, release
 from ascent.runtime import setup_runtime
 from ascent.train.distributed import Dist
 
@@ -65,18 +65,21 @@ def run_training(
         from ascent.train.llm_preflight import preflight
 
         preflight(cfg, dist)
-    run_dir = create_run_dir(cfg, dist, resume=resume, overwrite=overwrite)
-    setup_runtime(cfg.run, dist.world_size)
-    if isinstance(cfg, ClassicConfig):
-        from ascent.train.classic import train_classic
+    run_dir = create_run_dir(cfg, dist, resume=resume, overwrite=overwrite)  # locked
+    try:
+        setup_runtime(cfg.run, dist.world_size)
+        if isinstance(cfg, ClassicConfig):
+            from ascent.train.classic import train_classic
 
-        train_classic(cfg, run_dir)
-    elif isinstance(cfg, LLMConfig):
-        from ascent.train.llm import train_llm
+            train_classic(cfg, run_dir)
+        elif isinstance(cfg, LLMConfig):
+            from ascent.train.llm import train_llm
 
-        train_llm(cfg, run_dir, dist)
-    else:  # pragma: no cover - the loader only builds the two kinds above
-        raise TypeError(f"unknown config type {type(cfg).__name__}")
+            train_llm(cfg, run_dir, dist)
+        else:  # pragma: no cover - the loader only builds the two kinds above
+            raise TypeError(f"unknown config type {type(cfg).__name__}")
+    finally:
+        release(run_dir.path)
     return run_dir.summary_path
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ascent.rules import LLMConfig
-from ascent.rundir import FINAL_MODEL, RunDir
+from ascent.rundir import FINAL_MODEL, RunDir, release
 from ascent.train.distributed import Dist
 
 
@@ -61,7 +61,10 @@ def train_stages(
             # rank 0 creates it, every rank gets the same RunDir (as train.create_run_dir)
             created = RunDir.create(stage_cfg, resume=resume) if dist.main else None
             stage_dir = dist.broadcast(created)
-            summary = train_one(stage_cfg, stage_dir, dist)  # ends by exporting final-model/
+            try:
+                summary = train_one(stage_cfg, stage_dir, dist)  # ends by exporting final-model/
+            finally:
+                release(stage_dir.path)  # the run's own lock (its directory) covers the rest
         start = str(stage_dir.path / FINAL_MODEL)
         kept = {k: v for k, v in summary.items() if k not in ("final_metrics", "paths")}
         stages.append({"name": name, "run_dir": str(stage_dir.path), "final_model": start, **kept})

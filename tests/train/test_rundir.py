@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -107,3 +109,32 @@ def test_a_stage_name_is_one_directory_name_too(tmp_path):
     stages = 'stages=[{name="../escape", train={total_steps=2}}]'
     with pytest.raises(ConfigError, match=r"\[stages\] name: '../escape' is not a directory name"):
         load_config(None, [f'run.output_dir="{tmp_path}"', stages])
+
+
+HOLDER = """
+import sys
+from ascent.configfile import load_config
+from ascent.rundir import RunDir
+RunDir.create(load_config(None, sys.argv[1:]))
+print("running", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+def test_a_running_run_can_be_neither_overwritten_nor_resumed_by_another_process(cfg, tmp_path):
+    overrides = [f'run.output_dir="{tmp_path}"', "run.name=exp"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, *overrides], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "running"
+        (tmp_path / "exp" / "metrics.jsonl").write_text('{"step": 1}\n')
+        for attempt in ({"overwrite": True}, {"resume": tmp_path / "exp"}):
+            with pytest.raises(
+                AscentError, match=rf"in use by another ascent process \(PID {holder.pid}\)"
+            ):
+                RunDir.create(cfg, **attempt)
+        assert (tmp_path / "exp" / "metrics.jsonl").read_text() == '{"step": 1}\n'  # untouched
+    finally:
+        holder.communicate(input="", timeout=60)
+    assert RunDir.create(cfg, overwrite=True).path == tmp_path / "exp"  # free once it ended
+    assert not (tmp_path / "exp" / "metrics.jsonl").exists()
