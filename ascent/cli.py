@@ -124,13 +124,17 @@ def eval_(
 ) -> None:
     """Evaluate a policy: an LLM on [eval] problems (pass@k by rating band), or a classic PPO
     run's greedy episodes (mean, std of return)."""
-    from ascent.configfile import load_config
+    from ascent.configfile import load_config, load_run_config
     from ascent.rules import ClassicConfig
 
     if target.is_dir() and not (target / "config.toml").is_file():
         raise AscentError(f"{target}: a directory without config.toml; pass a run directory")
-    config_path = target / "config.toml" if target.is_dir() else target
-    cfg = load_config(config_path, set_ or [])
+    if target.is_dir():
+        cfg, notes = load_run_config(target, set_ or [])
+        for note in notes:
+            typer.echo(f"warning: {note}", err=True)
+    else:
+        cfg = load_config(target, set_ or [])
     if not isinstance(cfg, ClassicConfig):
         from ascent.evaluation import print_summary, run_eval
 

@@ -13,6 +13,12 @@
 The schema itself (sections, defaults, field checks, cross-section rules) is ascent.config.
 """
 
-from ascent.configfile.loader import BUILTIN_SOURCE, AnyConfig, dump_config, load_config
+from ascent.configfile.loader import (
+    BUILTIN_SOURCE,
+    AnyConfig,
+    dump_config,
+    load_config,
+    load_run_config,
+)
 
-__all__ = ["BUILTIN_SOURCE", "AnyConfig", "dump_config", "load_config"]
+__all__ = ["BUILTIN_SOURCE", "AnyConfig", "dump_config", "load_config", "load_run_config"]

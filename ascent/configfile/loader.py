@@ -64,6 +64,31 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyCo
     return _validate(raw, source, root, origins, notes, warnings)
 
 
+TRUST_KEY = "model.trust_remote_code"
+
+
+def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> tuple[AnyConfig, list[str]]:
+    """A run directory's config.toml, for commands that read a finished run (`ascent eval`,
+    `ascent data grade --policy`), and warnings for what was not taken from it.
+
+    `[model] trust_remote_code` is never taken from a run directory: a shared or tampered one
+    could ship a model directory whose Python would run. It holds for an invocation only when
+    that invocation says so (`--set model.trust_remote_code=true`)."""
+    raw = read_toml(run_dir / "config.toml")
+    given = any(item.split("=", 1)[0].strip() == TRUST_KEY for item in overrides)
+    saved = raw.get("model", {}).get("trust_remote_code")
+    forced = [] if given or "env" in raw else [f"{TRUST_KEY}=false"]  # env: classic PPO, no LM
+    cfg = load_config(run_dir / "config.toml", [*overrides, *forced])
+    warnings = []
+    if saved is True and not given:
+        warnings.append(
+            f"{run_dir}/config.toml sets [model] trust_remote_code = true; not taken from a run "
+            f"directory (its model's Python would run): pass --set {TRUST_KEY}=true to allow it "
+            "for this command"
+        )
+    return cfg, warnings
+
+
 def config_from_data(raw: dict[str, Any], source: str) -> AnyConfig:
     """Validate config data already read (no file, no settings.json, no overrides); raise
     `ConfigError` with the same one-line message `load_config` gives."""
@@ -326,7 +351,12 @@ def _describe(
         return f"{source}: {msg}{origin}{tail}"
     text = first["msg"]
     if text.startswith("Value error, "):
-        return f"{source}: {text[len('Value error, ') :]}{origin}{tail}"
+        msg = text[len("Value error, ") :]
+        if loc and not msg.startswith("["):  # a section's own check: say where it is
+            section = _model_at(root, loc) is not None  # a whole section, or one of its keys
+            where = _section_label(loc) if section else f"{_section_label(loc[:-1])} {loc[-1]}:"
+            msg = f"{where} {msg}"
+        return f"{source}: {msg}{origin}{tail}"
     got = first.get("input")
     shown = json.dumps(got) if isinstance(got, (str, int, float, bool)) else None
     field = str(loc[-1]) if loc else ""

@@ -25,6 +25,7 @@ grading: a pass rate counted over fewer than k samples would not be comparable.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -90,7 +91,7 @@ def grading_config(
 ) -> tuple[LLMConfig, Path | None]:
     """The config `--policy` names, as `ascent eval` reads it: a TOML file, or a run directory
     (its config.toml; the model is its final-model). `k` overrides `[grade] k`."""
-    from ascent.configfile import load_config
+    from ascent.configfile import load_config, load_run_config
 
     if target.is_dir() and not (target / "config.toml").is_file():
         raise AscentError(
@@ -99,7 +100,12 @@ def grading_config(
         )
     run_dir = target if target.is_dir() else None
     overrides = [*sets, *([f"grade.k={k}"] if k is not None else [])]
-    cfg = load_config(target / "config.toml" if run_dir else target, overrides)
+    if run_dir is not None:
+        cfg, notes = load_run_config(run_dir, overrides)
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
+    else:
+        cfg = load_config(target, overrides)
     if not isinstance(cfg, LLMConfig):
         raise AscentError(
             f"--policy {target}: a classic PPO config has no LLM policy to grade with"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +168,7 @@ def local_model_section(
     target = checkpoint if checkpoint is not None else run_dir
     if target is not None:
         model_dir = find_model_dir(target)
+        _name_python_files(model_dir, cfg.model.trust_remote_code)
         own = has_tokenizer_files(model_dir)
         tokenizer = None if own else run_tokenizer(model_dir) or section.tokenizer or name
         section = section.model_copy(
@@ -174,3 +176,17 @@ def local_model_section(
         )
         name = Path(target).resolve().name
     return section, name
+
+
+def _name_python_files(model_dir: Path, trusted: bool) -> None:
+    """A model directory is data; Python files in it run only under trust_remote_code, and
+    either way they are named, so that code shipped inside a run directory is never silent."""
+    files = sorted(p.name for p in Path(model_dir).glob("*.py"))
+    if not files:
+        return
+    what = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    if trusted:
+        note = "trust_remote_code is set for this command, so transformers may run them"
+    else:
+        note = "they are not run (trust_remote_code is off)"
+    print(f"warning: {model_dir} holds Python files ({what}); {note}", file=sys.stderr)

@@ -13,6 +13,7 @@ engine's transformers decoder, so a served policy answers exactly as it did in t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,16 @@ def find_model_dir(target: str | Path) -> Path:
 
 def _run_model(path: Path) -> Any | None:
     """The LLM `[model]` section of the run `path` (a checkpoint or model directory) lies in:
-    the nearest config.toml at or above it; None when there is none or it is not an LLM run."""
-    from ascent.configfile import load_config
+    the nearest config.toml at or above it; None when there is none or it is not an LLM run.
+    Its trust_remote_code is not taken from the run directory (`load_run_config`)."""
+    from ascent.configfile import load_run_config
     from ascent.rules import LLMConfig
 
     for parent in [path.resolve(), *list(path.resolve().parents)[:3]]:
         if (parent / "config.toml").is_file():
-            cfg = load_config(parent / "config.toml")
+            cfg, notes = load_run_config(parent)
+            for note in notes:
+                print(f"warning: {note}", file=sys.stderr)
             return cfg.model if isinstance(cfg, LLMConfig) else None
     return None
 
