@@ -343,7 +343,9 @@ class OptimSection(Section):
     name: Literal["adamw"] = Field("adamw", description="Optimiser.")
     lr: float = Field(1e-6, gt=0.0, description="Peak learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="Adam betas: decay rates of the moments, each in [0, 1)."
+    )
     eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
     schedule: Literal["cosine", "linear", "constant"] = Field(
         "cosine", description="LR schedule after warmup."
@@ -354,6 +356,16 @@ class OptimSection(Section):
     min_lr_ratio: float = Field(
         0.0, ge=0.0, le=1.0, description="Final LR as a fraction of lr (cosine/linear)."
     )
+
+    @field_validator("betas")
+    @classmethod
+    def _decay_rates(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):
+            raise ValueError(
+                f"Adam's betas are decay rates, each in [0, 1) (got {list(value)}); "
+                "e.g. betas = [0.9, 0.999]"
+            )
+        return value
 
 
 class StageSection(Section):
