@@ -22,6 +22,7 @@ exactly as the uninterrupted run did, with no state to save.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -29,6 +30,7 @@ from torch import Tensor
 
 from ascent.algos import AggregationScale
 from ascent.config.llm_sections import TrainSection
+from ascent.errors import AscentError
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.train_batch import TrainBatch
@@ -158,7 +160,8 @@ def accumulate(
 
 def clip_and_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     """Clip the gradient of `params` to `max_norm` (over all ranks for sharded parameters)
-    and return its norm before clipping. Parameters without a gradient get zeros, so that an
+    and return its norm before clipping; a non-finite one stops the run before any weight
+    takes it (AscentError). Parameters without a gradient get zeros, so that an
     optimiser step with nothing to learn still moves Adam's moments as usual."""
     for p in params:
         if p.grad is None:
@@ -166,4 +169,11 @@ def clip_and_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     if hasattr(norm, "full_tensor"):  # a DTensor: FSDP2 parameters
         norm = norm.full_tensor()
-    return float(norm)
+    value = float(norm)  # over all ranks: every rank stops here together, or none does
+    if not math.isfinite(value):
+        raise AscentError(
+            f"the gradient is not finite (norm {value}): this update would write it into the "
+            "weights, so the run stops before it (its checkpoints hold finite weights); lower "
+            "[optim] lr, or check the rewards and the [algorithm] settings"
+        )
+    return value
