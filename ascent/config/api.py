@@ -63,6 +63,15 @@ def mask_secret(value: str) -> str:
     return f"'{value[:4]}…' ({len(value)} chars)"
 
 
+def _without_secrets(text: str) -> str:
+    """`text` for a message: anything before an '@' dropped, key-shaped words masked."""
+    if "@" in text:
+        text = "…@" + text.rpartition("@")[2]
+    return re.sub(
+        r"[A-Za-z0-9_\-*.]+", lambda m: mask_secret(m[0]) if key_shaped(m[0]) else m[0], text
+    )
+
+
 def looks_like_key(text: str) -> bool:
     """True when a string looks like an API key rather than an environment variable name."""
     if re.match(r"^(sk|pk|rk|ak)[-_]", text, re.IGNORECASE) and len(text) >= 12:
@@ -113,10 +122,25 @@ def guard_pasted_key(table: Any, where: str) -> None:
 
 
 def check_base_url(value: str, where: str) -> str:
+    """An http(s) API root with nothing secret in it: credentials before the host
+    (`https://user:KEY@host`) would be printed by `config show` and `doctor` and saved with
+    the run's config, so they are refused (shown without them) in favour of api_key_env."""
     if not re.match(r"^https?://[^/\s]+", value):
+        cleaned = _without_secrets(value)
         raise ValueError(
-            f"{where} base_url: {value!r} is not an http(s) URL; write the API root, "
-            'e.g. base_url = "https://openrouter.ai/api/v1" or "http://127.0.0.1:8000/v1"'
+            f"{where} base_url: {repr(value) if cleaned == value else cleaned} is not an http(s) "
+            "URL; write the "
+            'API root, e.g. base_url = "https://openrouter.ai/api/v1" or "http://127.0.0.1:8000/v1"'
+        )
+    scheme, _, rest = value.partition("://")
+    netloc, _, path = rest.partition("/")
+    if "@" in netloc:
+        host = netloc.rpartition("@")[2]
+        raise ValueError(
+            f"{where} base_url: '{scheme}://…@{host}' carries credentials before the host, "
+            "which would be printed and saved with the config; write the root without them "
+            f"('{scheme}://{host}/{_without_secrets(path)}'), put the key in an environment "
+            "variable or .env and name it in api_key_env"
         )
     if "?" in value or "#" in value:
         root = re.split(r"[?#]", value, maxsplit=1)[0]  # the rest may hold a key: not shown

@@ -191,6 +191,39 @@ def test_base_url_with_a_query_string_is_refused_without_showing_it(tmp_path, wh
         normalize_base_url(url)
 
 
+@pytest.mark.parametrize("user", ["user", "", "x" * 30])
+def test_a_key_inside_base_url_is_refused_without_showing_it(tmp_path, user, run_cli):
+    url = f"http://{user}:{KEY}@host.example:8000/v1"
+    path = write(tmp_path, f'[api]\nbase_url = "{url}"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert "[api] base_url: 'http://…@host.example:8000' carries credentials before the host" in msg
+    assert "('http://host.example:8000/v1')" in msg and "api_key_env" in msg
+    assert not leaks(msg) and (user == "" or user not in msg)
+    code, out, err_text = run_cli("config", "show", str(path))  # nor does any command print it
+    assert code == 2 and not leaks(out + err_text)
+
+
+def test_a_key_inside_the_base_url_a_variable_holds_is_refused_too(monkeypatch):
+    from ascent.api.roles import api_base_url
+    from ascent.config.api import ApiSection
+
+    monkeypatch.setenv("ROOT_WITH_KEY", f"https://me:{KEY}@api.example/v1")
+    with pytest.raises(
+        ConfigError, match=r"base_url_env \(ROOT_WITH_KEY\) base_url: .* carries credentials"
+    ) as err:
+        api_base_url(ApiSection(base_url_env="ROOT_WITH_KEY"))
+    assert not leaks(str(err.value))
+
+
+def test_a_url_that_is_not_http_is_quoted_without_its_key(tmp_path):
+    path = write(tmp_path, f'[api]\nbase_url = "me:{KEY}@host.example"\n')
+    with pytest.raises(ConfigError, match="is not an http") as err:
+        load_config(path)
+    assert not leaks(str(err.value))
+
+
 def test_dotenv_beside_the_config_and_environment_wins(tmp_path, monkeypatch):
     config = write(tmp_path, "[models]\nsolver_model = 'm'\n")
     (tmp_path / ".env").write_text("FROM_FILE=sk-file-0123456789abcdef\nBOTH=from-file\n")
