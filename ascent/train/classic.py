@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ascent.algos import (
     ADVANTAGES,
@@ -97,6 +97,7 @@ from ascent.train.classic_rollout import (
     Samples,
     make_vector_env,
 )
+from ascent.train.updates import clip_and_norm
 
 GAE = ADVANTAGES.get("gae")
 CLIPPED_SURROGATE = POLICY_LOSSES.get("ppo_clip")
@@ -237,7 +238,8 @@ def ppo_update(
             loss, metrics = ppo_loss(agent, samples.select(index), train, clip)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            metrics["optim/grad_norm"] = nn.utils.clip_grad_norm_(params, train.max_grad_norm)
+            # stops the run on a non-finite gradient, before the weights take it
+            metrics["optim/grad_norm"] = torch.tensor(clip_and_norm(params, train.max_grad_norm))
             optimizer.step()
             history.append(metrics)
     return {key: torch.stack([m[key] for m in history]).mean().item() for key in history[0]}

@@ -11,10 +11,11 @@ import torch
 
 from ascent.algos import PolicyLossParams
 from ascent.configfile import load_config
+from ascent.errors import AscentError
 from ascent.models.actor_critic import ActorCritic
 from ascent.train import run_training
 from ascent.train.checkpoint import load_checkpoint
-from ascent.train.classic import make_optimizer, ppo_loss
+from ascent.train.classic import make_optimizer, ppo_loss, ppo_update
 from ascent.train.classic_rollout import Samples
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -156,6 +157,21 @@ def test_first_minibatch_of_an_update_has_ratio_one():
         metrics["loss/policy"] + 0.5 * metrics["loss/value"] - 0.01 * metrics["policy/entropy"]
     )
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_a_non_finite_gradient_stops_classic_ppo_before_the_weights_take_it():
+    cfg = load_config(EXAMPLES / "ppo_cartpole.toml")
+    agent = ActorCritic(4, 2, continuous=False, hidden_sizes=(16,), activation="tanh")
+    optimizer = make_optimizer(agent, cfg.optim)
+    obs = torch.randn(64, 4)
+    actions, logp = agent.sample(obs)
+    poisoned = torch.full((64,), float("nan"))
+    batch = Samples(obs, actions, logp, agent.value(obs).detach(), poisoned, torch.randn(64),
+                    torch.ones(64, dtype=torch.bool))  # fmt: skip
+    before = [p.detach().clone() for p in agent.parameters()]
+    with pytest.raises(AscentError, match="the gradient is not finite"):
+        ppo_update(agent, optimizer, batch, cfg.train, PolicyLossParams(0.2, 0.2))
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))
 
 
 @pytest.mark.parametrize(
