@@ -63,13 +63,18 @@ def mask_secret(value: str) -> str:
     return f"'{value[:4]}…' ({len(value)} chars)"
 
 
+KEY_WORD = re.compile(r"[A-Za-z0-9_\-*.]+")  # a run of characters a key can be made of
+
+
+def redact(text: str) -> str:
+    """`text` with every key-shaped word masked (4 characters and a length): for a message
+    that may quote a value the user gave."""
+    return KEY_WORD.sub(lambda m: mask_secret(m[0]) if key_shaped(m[0]) else m[0], text)
+
+
 def _without_secrets(text: str) -> str:
     """`text` for a message: anything before an '@' dropped, key-shaped words masked."""
-    if "@" in text:
-        text = "…@" + text.rpartition("@")[2]
-    return re.sub(
-        r"[A-Za-z0-9_\-*.]+", lambda m: mask_secret(m[0]) if key_shaped(m[0]) else m[0], text
-    )
+    return redact("…@" + text.rpartition("@")[2] if "@" in text else text)
 
 
 def looks_like_key(text: str) -> bool:

@@ -76,8 +76,11 @@ def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> tuple[AnyCo
     that invocation says so (`--set model.trust_remote_code=true`)."""
     raw = read_toml(run_dir / "config.toml")
     given = any(item.split("=", 1)[0].strip() == TRUST_KEY for item in overrides)
-    saved = raw.get("model", {}).get("trust_remote_code")
-    forced = [] if given or "env" in raw else [f"{TRUST_KEY}=false"]  # env: classic PPO, no LM
+    model = raw.get("model")
+    saved = model.get("trust_remote_code") if isinstance(model, dict) else None
+    # env: classic PPO (no language model); a [model] that is no table fails on its own
+    lm = "env" not in raw and isinstance(raw.get("model", {}), dict)
+    forced = [f"{TRUST_KEY}=false"] if lm and not given else []
     cfg = load_config(run_dir / "config.toml", [*overrides, *forced])
     warnings = []
     if saved is True and not given:

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from ascent.config.api import key_shaped, mask_secret
+from ascent.config.api import key_shaped, mask_secret, redact  # noqa: F401  (redact: re-exported)
 from ascent.errors import one_line
 
 # Words of a name whose value is a secret (`api_key`, `hub_token`, `db_password`); a name
@@ -63,15 +63,6 @@ def holds_secret(value: Any, name: str = "") -> bool:
     if isinstance(value, (list, tuple, set, frozenset)):
         return any(holds_secret(v, name) for v in value)
     return False
-
-
-_WORD = re.compile(r"[A-Za-z0-9_\-*.]+")
-
-
-def redact(text: str) -> str:
-    """`text` with every key-shaped word masked: for a reason a conversion gave, which may
-    quote the value it refused."""
-    return _WORD.sub(lambda m: mask_secret(m[0]) if key_shaped(m[0]) else m[0], text)
 
 
 def shown(value: Any, limit: int = 60, name: str = "") -> str:

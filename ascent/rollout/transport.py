@@ -64,17 +64,13 @@ class StateDict:
 
     name = "state_dict"
 
-    def __init__(self, clone: bool = True, device: str | None = None) -> None:
+    def __init__(self, clone: bool = True) -> None:
         self.clone = clone
-        self.device = device
 
     def send(self, weights: Weights, version: int) -> dict[str, Tensor]:
-        out = {}
-        for name, tensor in weights:
-            t = tensor.detach()
-            t = t.to(self.device) if self.device is not None else t
-            out[name] = t.clone() if self.clone and t.data_ptr() == tensor.data_ptr() else t
-        return out
+        if self.clone:
+            return {name: t.detach().clone() for name, t in weights}
+        return {name: t.detach() for name, t in weights}
 
     def release(self, parcel: Any) -> None:
         pass

@@ -33,8 +33,9 @@ from ascent.train.distributed import Dist
 
 # Metrics that count things (summed over ranks); the rest are rates or means (averaged over
 # the ranks that report them: every rank plays the same number of groups) or maxima.
-_COUNTS = ("agentic/sandbox_errors", "agentic/dropped_stale", "agentic/sandbox_runs",
-           "agentic/rows", "agentic/tokens/", "tokens")  # fmt: skip
+_COUNTS = {"agentic/sandbox_errors", "agentic/dropped_stale", "agentic/sandbox_runs",
+           "agentic/rows", "tokens"}  # fmt: skip
+_COUNT_PREFIX = "agentic/tokens/"  # tokens per role
 _MAXIMA = ("agentic/staleness_max", "completions/max_length")
 
 
@@ -127,7 +128,7 @@ def over_ranks(dist: Dist, metrics: dict[str, float]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in sorted({k for v in views for k in v}):
         values = [v[key] for v in views if key in v]
-        if key.startswith(_COUNTS):
+        if key in _COUNTS or key.startswith(_COUNT_PREFIX):
             out[key] = float(sum(values))
         elif key in _MAXIMA:
             out[key] = float(max(values))

@@ -66,3 +66,10 @@ def test_the_grade_command_reads_a_run_directory_the_same_way(tmp_path):
     run, _ = tampered_run(tmp_path)
     cfg, run_dir = grading_config(run)
     assert run_dir == run and cfg.model.trust_remote_code is False
+
+
+def test_a_run_config_whose_model_is_not_a_table_is_its_own_one_line_error(tmp_path, run_cli):
+    (tmp_path / "config.toml").write_text("model = 1\n")
+    code, _, err = run_cli("eval", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1
+    assert "model must be a table of keys" in err and "--set" not in err
