@@ -30,7 +30,6 @@ from ascent.configfile import load_config
 from ascent.runtime import configure_cpu
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch, rl_step
 from ascent.train.train_batch import TrainBatch
 
 UPDATE = [
@@ -53,7 +52,7 @@ def update_rank(overrides: list[str], batch_path: str, out_path: str) -> None:
     weights = dict(run.actor.weights())
     if dist.main:
         save_file({k: v.contiguous() for k, v in weights.items()}, out_path)
-    run.reward.close()
+    run.close()
     dist.close()
 
 
@@ -63,14 +62,14 @@ def timed_steps(overrides: list[str], steps: int) -> float:
     configure_cpu(0, dist.world_size)
     run = build_run(load_config(None, overrides), dist)
     for step in (1, 2):
-        rl_step(run, step)
+        run.step(step)
     dist.barrier()
     start = time.perf_counter()
     for step in range(3, 3 + steps):
-        rl_step(run, step)
+        run.step(step)
     dist.barrier()
     elapsed = (time.perf_counter() - start) / steps
-    run.reward.close()
+    run.close()
     dist.close()
     return elapsed
 
@@ -84,11 +83,11 @@ def main() -> None:
         overrides = [*UPDATE, f'run.output_dir="{root}"']
         configure_cpu()
         run = build_run(load_config(None, overrides), torch.device("cpu"))
-        batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+        batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
         save_file(batch.to_tensors(), str(root / "batch.safetensors"))
         run.actor.update(batch, 1)
         single = run.actor.model.state_dict()
-        run.reward.close()
+        run.close()
         launch(2, update_rank, overrides, str(root / "batch.safetensors"), str(root / "w.st"))
         sharded = load_file(str(root / "w.st"))
         diff = max(float((single[k] - v).abs().max()) for k, v in sharded.items())

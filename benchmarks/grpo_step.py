@@ -85,15 +85,14 @@ STEP_OVERRIDES = [
 
 def ascent_steps(model: str, steps: int) -> list[float]:
     from ascent.rewards import CompositeReward
-    from ascent.train.llm_step import rl_step
 
     run = ascent_run(model, STEP_OVERRIDES)
-    run.reward.close()
+    run.close()
     run.rollouts.reward = CompositeReward({"digits": digit_fraction}, [1.0])
     times = []
     for step in range(1, steps + 1):
         start = time.perf_counter()
-        rl_step(run, step)
+        run.step(step)
         times.append(time.perf_counter() - start)
     return times
 
@@ -230,23 +229,22 @@ def _accuracy(model: torch.nn.Module, tokenizer: Any, reward: Any, problems: lis
 def ascent_tta(budget_s: float, eval_every: int) -> dict[str, Any]:
     """The embedded default recipe from the warm start, until warm-up + 25 points."""
     from ascent.models import TINY_ARITHMETIC
-    from ascent.train.llm_step import rl_step
 
     run = ascent_run(TINY_ARITHMETIC, [])
     problems = run.task.eval
-    before = _accuracy(run.actor.model, run.tokenizer, run.reward, problems)
+    before = _accuracy(run.actor.model, run.tokenizer, run.rollouts.reward, problems)
     trained, step, curve = 0.0, 0, []
     while trained < budget_s:
         for _ in range(eval_every):
             step += 1
             start = time.perf_counter()
-            rl_step(run, step)
+            run.step(step)
             trained += time.perf_counter() - start
-        accuracy = _accuracy(run.actor.model, run.tokenizer, run.reward, problems)
+        accuracy = _accuracy(run.actor.model, run.tokenizer, run.rollouts.reward, problems)
         curve.append((step, round(trained, 1), accuracy))
         if curve[-1][2] >= before + TTA_POINTS:
             break
-    run.reward.close()
+    run.close()
     return _tta_result(before, curve)
 
 

@@ -33,7 +33,6 @@ from ascent.data.code_problems import load_code_problems
 from ascent.rewards import build_reward
 from ascent.runtime import configure_cpu
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import rl_step
 
 SOLUTIONS = [
     "import sys\nprint(sys.stdin.read().strip())",  # echo: right for some, wrong for most
@@ -77,10 +76,10 @@ def step_time(root: Path, steps: int, *extra: str) -> float:
     run = build_run(load_config(None, overrides), torch.device("cpu"))
     try:
         for step in range(1, 4):
-            rl_step(run, step)
+            run.step(step)
         start = time.perf_counter()
         for step in range(4, 4 + steps):
-            rl_step(run, step)
+            run.step(step)
         return (time.perf_counter() - start) / steps
     finally:
         run.close()

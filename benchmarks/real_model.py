@@ -38,12 +38,12 @@ peers and against what this CPU allows.
    same reward (the fraction of digits in the completion: cheap, rarely equal across a
    group) and compute dtype (TRL bf16=True / ascent [model] dtype "bfloat16", both over
    float32 weights; or both float32). ascent: its trainer's pieces (`build_run` on a config,
-   `rl_step`), with its defaults otherwise (so under bf16 its engine correction recomputes the
-   old log-probs in one extra forward pass; `--ascent-set algorithm.engine_is_cap=0.0` turns
-   it off). TRL: `GRPOTrainer`, steps timed by a callback (on_step_begin / on_step_end). One
-   warm-up step, then --steps timed ones; the figure is the median. Each side runs in its own
-   child process, whose peak RSS (VmHWM: ru_maxrss carries over exec from the parent) is its
-   peak memory.
+   `Controller.step`), with its defaults otherwise (so under bf16 its engine correction
+   recomputes the old log-probs in one extra forward pass;
+   `--ascent-set algorithm.engine_is_cap=0.0` turns it off). TRL: `GRPOTrainer`, steps timed
+   by a callback (on_step_begin / on_step_end). One warm-up step, then --steps timed ones;
+   the figure is the median. Each side runs in its own child process, whose peak RSS (VmHWM:
+   ru_maxrss carries over exec from the parent) is its peak memory.
 
     .venv/bin/python benchmarks/real_model.py [--dtype bfloat16] [--threads 2] [--steps 3]
         [--both-dtypes] [--skip-trl] [--skip-vllm] [--quick]
@@ -414,7 +414,6 @@ def ascent_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[s
     from ascent.configfile import load_config
     from ascent.rewards import CompositeReward
     from ascent.train.llm_setup import build_run
-    from ascent.train.llm_step import rl_step
 
     batch = shape["prompts"] * shape["n"]
     text = ASCENT_CONFIG.format(
@@ -427,18 +426,18 @@ def ascent_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[s
         cfg = load_config(path, args.ascent_set)
     run = build_run(cfg, torch.device("cpu"))
     torch.set_num_threads(args.threads)
-    run.reward.close()
+    run.close()
     run.rollouts.reward = CompositeReward({"digits": digit_fraction}, [1.0])
     steps, rollout, update, lengths = [], [], [], []
     for step in range(1, args.steps + 2):
         start = time.perf_counter()
-        metrics, _ = rl_step(run, step)
+        metrics, _ = run.step(step)
         steps.append(time.perf_counter() - start)
         rollout.append(metrics["time/rollout"])
         update.append(metrics["time/update"])
         lengths.append(metrics["completions/mean_length"])
         print(f"ascent step {step}: {steps[-1]:.1f} s", file=sys.stderr, flush=True)
-    run.reward.close()
+    run.close()
     run.engine.close()
     return {
         "step_s": statistics.median(steps[1:]),

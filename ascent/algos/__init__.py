@@ -3,7 +3,8 @@
 Nothing here reads files, config objects or globals; the trainer builds the typed inputs
 (`AdvantageBatch`, `PolicyLossInput`, ...) and looks the parts up by the names in the config:
 
-- `ADVANTAGES`: gae, length_adaptive_gae, grpo, dr_grpo  -> `fn(batch, params)`
+- `ADVANTAGES`: gae, length_adaptive_gae, grpo, dr_grpo,
+  turn_grpo, turn_dr_grpo (agentic episodes)              -> `fn(batch, params)`
 - `POLICY_LOSSES`: ppo_clip, gspo                         -> `fn(inp, params)`
 - `AGGREGATIONS`: token_mean, seq_mean_token_mean, seq_mean_token_sum,
   seq_mean_token_sum_norm                                 -> `fn(loss, mask, scale)`
@@ -12,6 +13,7 @@ Nothing here reads files, config objects or globals; the trainer builds the type
 and the terms a recipe adds: `positive_nll` (VAPO), `soft_overlong_penalty` (DAPO).
 """
 
+from ascent.algos import agentic as _agentic  # noqa: F401  (registers the turn estimators)
 from ascent.algos.advantages import ADVANTAGES, length_adaptive_lambda
 from ascent.algos.aggregation import AGGREGATIONS
 from ascent.algos.auxiliary import positive_nll
@@ -22,6 +24,7 @@ from ascent.algos.batch import (
     AggregationScale,
     PolicyLossInput,
     PolicyLossParams,
+    Turns,
 )
 from ascent.algos.distributions import (
     entropy_by_rows,
@@ -45,6 +48,7 @@ __all__ = [
     "AggregationScale",
     "PolicyLossInput",
     "PolicyLossParams",
+    "Turns",
     "entropy_by_rows",
     "entropy_from_logits",
     "explained_variance",

@@ -16,6 +16,10 @@ over all steps of the group (Shao et al. 2024, https://arxiv.org/abs/2402.03300,
 unlike there, a turn is not credited with the rewards of later turns: those reach it through the
 delayed term. Mixing weights 0.3 / 0.7 are GrandCode's (arXiv 2604.02721). `scale_by_std=False`
 gives the Dr. GRPO variant (no std division, Liu et al. 2025, https://arxiv.org/abs/2503.20783).
+
+As advantage estimators (`turn_grpo`, `turn_dr_grpo`) they read the batch's `Turns` and are
+what `[algorithm] advantage = "grpo"` / `"dr_grpo"` means for a run with `[agentic]` enabled:
+the trainer builds every batch, plain or agentic, with one function.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from ascent.algos.advantages import ADVANTAGES
+from ascent.algos.batch import AdvantageBatch, AdvantageParams, AdvantageResult
 
 
 @dataclass(frozen=True)
@@ -113,3 +120,64 @@ def turn_advantages_to_tokens(turn_advantages: Tensor, token_turn: Tensor) -> Te
     """
     gathered = turn_advantages[token_turn.clamp(min=0)]
     return torch.where(token_turn >= 0, gathered, torch.zeros_like(gathered))
+
+
+def _turn_credit(batch: AdvantageBatch, params: AdvantageParams, scale: bool) -> AdvantageResult:
+    turns = batch.turns
+    if turns is None:
+        raise ValueError(
+            "turn-level credit needs batch.turns (the rows' turns and episodes): it is the "
+            "estimator of agentic episodes ([agentic] enabled = true)"
+        )
+    device = batch.mask.device
+    if turns.rewards.numel() == 0:  # a blank row: no turn, nothing to credit
+        zero = torch.zeros(batch.mask.shape, dtype=torch.float32, device=device)
+        return AdvantageResult(zero, zero.clone())
+    credit = agentic_credit(
+        turns.rewards.float().cpu(),
+        turns.pools.cpu(),
+        turns.episodes.cpu(),
+        turns.episode_rewards.float().cpu(),
+        turns.episode_groups.cpu(),
+        immediate_weight=params.immediate_weight,
+        delayed_weight=params.delayed_weight,
+        scale_by_std=scale,
+        eps=params.std_eps,
+    )
+    advantages = turn_advantages_to_tokens(credit.advantages.to(device), turns.token_turn)
+    advantages = advantages * batch.mask.to(advantages.dtype)
+    spread = len(credit.advantages) > 1
+    metrics = {
+        "adv_std": float(credit.advantages.std()) if spread else 0.0,  # over turns, not rows
+        "adv/immediate_std": float(credit.immediate.std()) if spread else 0.0,
+        "adv/delayed_std": float(credit.delayed.std()) if spread else 0.0,
+    }
+    return AdvantageResult(advantages, torch.zeros_like(advantages), metrics)
+
+
+_TURN_USES = frozenset({"std_eps", "immediate_weight", "delayed_weight"})
+
+
+@ADVANTAGES.register(
+    "turn_grpo", uses=_TURN_USES, needs_values=False, needs_groups=False, needs_turns=True
+)
+def turn_grpo(batch: AdvantageBatch, params: AdvantageParams) -> AdvantageResult:
+    """Turn-level GRPO credit (`agentic_credit`, std-scaled) spread over each turn's tokens.
+
+    Args:
+        batch: mask (B, T) and `turns` required; `rewards` is not read.
+        params: std_eps, immediate_weight, delayed_weight.
+
+    Returns:
+        advantages: each policy token gets its turn's advantage (0 off the mask); returns 0
+        (there is no critic to regress).
+    """
+    return _turn_credit(batch, params, scale=True)
+
+
+@ADVANTAGES.register(
+    "turn_dr_grpo", uses=_TURN_USES, needs_values=False, needs_groups=False, needs_turns=True
+)
+def turn_dr_grpo(batch: AdvantageBatch, params: AdvantageParams) -> AdvantageResult:
+    """Turn-level Dr. GRPO credit: as `turn_grpo`, centred but not divided by the stds."""
+    return _turn_credit(batch, params, scale=False)

@@ -6,7 +6,7 @@ environment steps). A "masked" step is one where `mask` is 1: a step the policy 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -15,6 +15,36 @@ from torch import Tensor
 def _check_shape(name: str, value: Tensor | None, shape: torch.Size) -> None:
     if value is not None and value.shape != shape:
         raise ValueError(f"{name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+
+
+@dataclass(frozen=True)
+class Turns:
+    """The turn structure of multi-turn rows (agentic episodes), for turn-level credit.
+
+    A row is one thread of an episode; its policy tokens belong to turns, each turn earns an
+    immediate reward, and each episode one delayed reward. N turns, E episodes.
+    """
+
+    token_turn: Tensor  # (B, T) long: index of the token's turn; -1 on observations, padding
+    rewards: Tensor  # (N,) float: each turn's immediate reward
+    pools: Tensor  # (N,) long: turns normalised together (same problem and role)
+    episodes: Tensor  # (N,) long: index of each turn's episode
+    episode_rewards: Tensor  # (E,) float: each episode's delayed reward
+    episode_groups: Tensor  # (E,) long: problem id of each episode (its group)
+
+    def __post_init__(self) -> None:
+        n = self.rewards.shape
+        for name in ("pools", "episodes"):
+            _check_shape(name, getattr(self, name), n)
+        _check_shape("episode_groups", self.episode_groups, self.episode_rewards.shape)
+
+    @classmethod
+    def none(cls, shape: tuple[int, int], device: torch.device) -> Turns:
+        """Rows with no turn (a blank row): every token outside any turn."""
+        empty_f = torch.zeros(0, dtype=torch.float32)
+        empty_l = torch.zeros(0, dtype=torch.long)
+        token_turn = torch.full(shape, -1, dtype=torch.long, device=device)
+        return cls(token_turn, empty_f, empty_l, empty_l, empty_f, empty_l)
 
 
 @dataclass(frozen=True)
@@ -40,6 +70,9 @@ class AdvantageBatch:
     episode_ends: Tensor | None = None
     # (B,) long | None: completions with equal id were sampled from the same prompt.
     group_ids: Tensor | None = None
+    # Turn structure of multi-turn rows (agentic episodes); the turn-level estimators read
+    # it instead of `rewards`.
+    turns: Turns | None = None
 
     def __post_init__(self) -> None:
         if self.rewards.dim() != 2:
@@ -49,6 +82,8 @@ class AdvantageBatch:
         _check_shape("values", self.values, shape)
         _check_shape("next_values", self.next_values, shape)
         _check_shape("episode_ends", self.episode_ends, shape)
+        if self.turns is not None:
+            _check_shape("turns.token_turn", self.turns.token_turn, shape)
         _check_shape("group_ids", self.group_ids, shape[:1])
 
 
@@ -61,6 +96,8 @@ class AdvantageParams:
     lam_critic: float | None = None  # GAE lambda for critic returns; None: same as lam
     length_alpha: float = 0.05  # VAPO length-adaptive GAE: lambda = 1 - 1/(alpha * length)
     std_eps: float = 1e-6  # added to the group std in GRPO normalisation
+    immediate_weight: float = 0.3  # turn-level credit: weight of the turn's own reward
+    delayed_weight: float = 0.7  # ... and of its episode's outcome
 
     def __post_init__(self) -> None:
         for name in ("gamma", "lam", "lam_critic"):
@@ -79,6 +116,9 @@ class AdvantageResult:
 
     advantages: Tensor  # (B, T) float: A_t for the policy loss; 0 where mask is 0
     returns: Tensor  # (B, T) float: regression targets for the critic; 0 where mask is 0
+    # What the estimator can say about its parts (logged as step metrics), e.g. the spread
+    # of turn-level credit's immediate and delayed terms.
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ascent.algos import AdvantageBatch, masked_whiten
+from ascent.algos import ADVANTAGES
 from ascent.data.code_problems import CodeProblem
 from ascent.evaluation.test_time_scoring import AttemptScorer, Scores, VisibleProblem
 from ascent.models.prompting import prompt_ids
+from ascent.rewards import RewardOutput
 from ascent.rollout import RolloutBatch
 from ascent.rollout.agentic.chat import ChatTemplate
 from ascent.rollout.agentic.formats import CodeFormat
@@ -42,9 +43,10 @@ from ascent.rollout.sampling import SamplingParams
 from ascent.rollout.transformers_engine import TransformersEngine
 from ascent.rules import LLMConfig
 from ascent.train.actor import Actor
+from ascent.train.credit import CreditSettings, Learners, make_train_batch
 from ascent.train.distributed import Dist
+from ascent.train.llm_rollout import Scored
 from ascent.train.llm_setup import eos_ids, make_optimizer
-from ascent.train.llm_step import outcome_rewards
 from ascent.train.parts import AlgorithmParts, algorithm_parts
 from ascent.train.train_batch import TrainBatch
 
@@ -105,6 +107,8 @@ def test_time_parts(cfg: LLMConfig) -> AlgorithmParts:
     alg = cfg.algorithm
     return dataclasses.replace(
         parts,
+        advantage=ADVANTAGES.get(alg.advantage),  # one group of attempts, not episodes' turns
+        off_policy="",
         temperature=cfg.eval.test_time_rl.temperature,
         loss_params=dataclasses.replace(parts.loss_params, is_cap=None),
         norm_const=float(alg.agg_norm_const or cfg.eval.max_new_tokens),
@@ -224,24 +228,21 @@ class PolicyAdapter:
             return UpdateRecord(**record, trained=False, why_not="sandbox error")
         if len(set(scores.rewards)) < 2:
             return UpdateRecord(**record, trained=False, why_not="no signal")
-        train_batch = self.train_batch(batch, scores.rewards)
+        train_batch = self.train_batch(batch, attempts, scores.rewards)
         self.version += 1
         metrics = self.actor.update(train_batch, self.version)
         kept = {k: metrics[k] for k in ("loss", "grad_norm", "entropy") if k in metrics}
         return UpdateRecord(**record, trained=True, metrics=kept)
 
-    def train_batch(self, batch: RolloutBatch, rewards: list[float]) -> TrainBatch:
+    def train_batch(
+        self, batch: RolloutBatch, attempts: list[str], rewards: list[float]
+    ) -> TrainBatch:
         """Each attempt's reward on its last token, advantages by the `[algorithm]` estimator
-        over the group (whitened when normalize_advantages), for one on-policy step."""
-        mask = batch.response_mask
-        total = torch.tensor(rewards, dtype=torch.float32, device=mask.device)
-        advantages = self.parts.advantage(
-            AdvantageBatch(outcome_rewards(total, mask), mask, group_ids=batch.group_ids),
-            self.parts.advantage_params,
-        ).advantages
-        if self.parts.normalize_advantages:
-            advantages = masked_whiten(advantages, mask)
-        return TrainBatch(batch, advantages, old_logp=None, ref_logp=None)
+        over the group (whitened when normalize_advantages), for one on-policy step: the
+        trainer's own train-batch function (ascent.train.credit)."""
+        scored = Scored(batch, [], attempts, RewardOutput(list(rewards), {}, [{}] * len(rewards)))
+        train_batch, _ = make_train_batch(Learners(self.actor), CreditSettings(self.parts), scored)
+        return train_batch
 
     def weights_equal_original(self) -> bool:
         """Every parameter and buffer equals the original bit for bit."""

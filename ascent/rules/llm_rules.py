@@ -47,6 +47,12 @@ def known_names(alg: AlgorithmSection) -> None:
         name = getattr(alg, field)
         if name not in registry:
             raise ValueError(f"[algorithm] {field}: {registry.unknown_message(name)}")
+    if ADVANTAGES.meta(alg.advantage).get("needs_turns"):
+        plain = alg.advantage.removeprefix("turn_")
+        raise ValueError(
+            f'[algorithm] advantage: "{alg.advantage}" is the turn-level credit that '
+            f'"{plain}" means with [agentic] enabled = true; set advantage = "{plain}"'
+        )
 
 
 def task_reward_and_checkpoints(cfg: LLMSections) -> None:

@@ -1,5 +1,5 @@
 """The actor: the policy and everything that trains it (optimiser, schedule, precision,
-sharding), behind the narrow interface the controller (`llm_step.rl_step`) drives.
+sharding), behind the narrow interface the controller (`controller.Controller.step`) drives.
 
     logprobs(rollout)          log pi(a_t | s_t) of a batch, no gradients
     update(batch, step)        this step's optimiser steps (updates.py); returns metrics

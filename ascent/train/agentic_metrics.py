@@ -1,4 +1,4 @@
-"""Metrics and sample rows of an agentic step (names next to the trainer's, see llm_step.py):
+"""Metrics and sample rows of an agentic step (names next to the trainer's, see controller.py):
 
     reward                   mean delayed reward of the step's episodes (the outcome)
     reward/delayed           the same: hidden-test reward of each episode's submitted program

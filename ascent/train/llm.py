@@ -2,7 +2,7 @@
 
     before = evaluate(held-out)
     for step in 1..total_steps:
-        rl_step: prompts -> rollouts -> rewards -> advantages -> update   (llm_step.py)
+        controller.step: rows -> rewards -> advantages -> update -> new weights (controller.py)
         log metrics; dump samples every sample_every; evaluate every eval_steps;
         checkpoint every save_steps (the best one kept by validation reward)
     after = evaluate(held-out); final-model/; summary.json
@@ -36,8 +36,8 @@ from typing import Any
 
 from transformers.utils import logging as hf_logging
 
-from ascent.api import UsageLedger
 from ascent.api.assistant import LogAssistant, assistant_session
+from ascent.config.llm_sections import TrainSection
 from ascent.data import ResampleReport
 from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
@@ -45,13 +45,14 @@ from ascent.observe.progress import TrainProgress
 from ascent.rules import LLMConfig
 from ascent.rundir import RunDir
 from ascent.runtime import resolve_device
-from ascent.train.agentic_step import AgenticTrainer, agentic_session
+from ascent.train.agentic_source import EpisodeSource, usage_report
+from ascent.train.controller import Controller
 from ascent.train.distributed import Dist
 from ascent.train.evaluate import EvalResult, eval_policy
 from ascent.train.llm_checkpoint import Progress, export_final, restore_run, save_run
-from ascent.train.llm_setup import LLMRun, build_run
+from ascent.train.llm_rollout import sample_rows
+from ascent.train.llm_setup import build_run
 from ascent.train.llm_stages import train_stages
-from ascent.train.llm_step import rl_step, sample_rows
 
 PROGRESS_FIELDS = {
     "reward": "reward",
@@ -87,8 +88,10 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def _evaluate(run: LLMRun, run_dir: RunDir, progress: Progress, label: str) -> EvalResult:
-    result = eval_policy(run.rollouts, run.task.eval, run.cfg.rollout)
+def _evaluate(
+    run: Controller, cfg: LLMConfig, run_dir: RunDir, progress: Progress, label: str
+) -> EvalResult:
+    result = eval_policy(run.rollouts, run.task.eval, cfg.rollout)
     progress.last_eval, progress.last_eval_step = result.metrics(), progress.step
     if run.dist.main:
         _write_jsonl(run_dir.samples_dir / f"eval-{label}.jsonl", result.samples)
@@ -134,10 +137,9 @@ class _Silent:
         return None
 
 
-def plateaued(run: LLMRun, progress: Progress) -> bool:
+def plateaued(t: TrainSection, progress: Progress) -> bool:
     """After an evaluation: has `[train] plateau_metric` stopped improving for
     plateau_patience evaluations? (The evaluation before RL is the first reference.)"""
-    t = run.cfg.train
     value = progress.last_eval.get(t.plateau_metric)
     if not t.plateau_patience or value is None:
         return False
@@ -149,31 +151,32 @@ def plateaued(run: LLMRun, progress: Progress) -> bool:
 
 
 def _loop(
-    run: LLMRun,
+    run: Controller,
+    cfg: LLMConfig,
     run_dir: RunDir,
     progress: Progress,
     log: MetricsLogger | _Silent,
     bar: TrainProgress,
     stop: dict[str, bool],
     clock: _Clock,
-    agentic: AgenticTrainer | None = None,
     assistant: LogAssistant | None = None,
     live: LiveDiagnosis | None = None,
 ) -> tuple[int, str]:
     """Train until total_steps, a plateau or a stop request; return the step last
     checkpointed and why the loop ended ("total_steps", "plateau" or "interrupted")."""
-    t, every, main = run.cfg.train, run.cfg.logging, run.dist.main
+    t, every, main = cfg.train, cfg.logging, run.dist.main
     saved, flat = -1, False
     while progress.step < t.total_steps and not flat and not run.dist.any(stop["stop"]):
         progress.step += 1
-        metrics, scored = (rl_step if agentic is None else agentic.step)(run, progress.step)
+        metrics, scored = run.step(progress.step)
         report = ResampleReport.from_metrics(metrics)
         if report is not None:  # history resampling ended an epoch in this step
             bar.print(report.line())
         last = progress.step == t.total_steps
         if (t.eval_steps and progress.step % t.eval_steps == 0) or last:
-            metrics.update(_evaluate(run, run_dir, progress, f"step-{progress.step:06d}").metrics())
-            flat = plateaued(run, progress)
+            label = f"step-{progress.step:06d}"
+            metrics.update(_evaluate(run, cfg, run_dir, progress, label).metrics())
+            flat = plateaued(t, progress)
             if flat:
                 last = True  # the stage is over: checkpoint it as the last step
                 bar.print(
@@ -192,7 +195,7 @@ def _loop(
             _write_jsonl(run_dir.samples_dir / f"step-{progress.step:06d}.jsonl", rows)
         if (t.save_steps and progress.step % t.save_steps == 0) or last:
             clock.tick()
-            save_run(run, run_dir, progress)
+            save_run(run, run_dir, progress, t.keep_last)
             saved = progress.step
     stop["stop"] = run.dist.any(stop["stop"])
     reason = "interrupted" if stop["stop"] else ("plateau" if flat else "total_steps")
@@ -214,7 +217,11 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
     hf_logging.disable_progress_bar()
     run = build_run(cfg, dist)
     resuming = run_dir.resume_from is not None
-    progress = restore_run(run, run_dir.resume_from) if resuming else Progress()
+    try:
+        progress = restore_run(run, run_dir.resume_from, cfg.run.seed) if resuming else Progress()
+    except BaseException:
+        run.close()  # no engine, reward worker or producer may outlive a failed resume
+        raise
     clock = _Clock(progress)
     n_eval = len(run.task.eval)
     log = _Silent()
@@ -230,35 +237,37 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
         start=progress.step,
         quiet=not dist.main,
     )
-    agentic = agentic_session(run, run_dir, bar.print)  # [agentic]: episodes, not completions
-    with closing(run), log, stop_requests() as stop, bar, agentic as agentic_trainer:
-        # the analyst's tokens are counted with the agentic roles' when there are some
-        usage = agentic_trainer.usage if agentic_trainer is not None else UsageLedger()
-        with assistant_session(
+    episodes = run.source if isinstance(run.source, EpisodeSource) else None
+    # the analyst's tokens are counted with the agentic roles' when there are some
+    with (
+        closing(run),
+        log,
+        stop_requests() as stop,
+        bar,
+        usage_report(episodes, dist, run_dir, bar.print) as usage,
+        assistant_session(
             cfg, run_dir.path, bar.print, usage, enabled=dist.main, interrupted=lambda: stop["stop"]
-        ) as assistant:
-            if not progress.before:
-                progress.before = _evaluate(run, run_dir, progress, "before").metrics()
-                plateaued(run, progress)  # the reference a plateau is judged against
-            bar.print(_accuracy_line("before", progress.before, n_eval, {}))
-            live = None
-            if dist.main:
-                resume_step = progress.step if resuming else None
-                live = LiveDiagnosis(run_dir.path, bar.print, resume_step=resume_step)
-            saved, ended = _loop(
-                run, run_dir, progress, log, bar, stop, clock, agentic_trainer, assistant, live
-            )
-            if stop["stop"] and saved != progress.step:
-                clock.tick()
-                save_run(run, run_dir, progress)
-            elif not stop["stop"]:
-                bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
-                export_final(run, run_dir)
-            sampler = agentic_trainer.engine if agentic_trainer is not None else None
-            transport = (sampler or run.engine).transport.name  # episodes: the producer's
-            summary = _summary(run, progress, log, clock.tick(), ended=ended, transport=transport)
-        if agentic_trainer is None and dist.main:
-            usage.finish(run_dir.path, bar.print)
+        ) as assistant,
+    ):
+        if not progress.before:
+            progress.before = _evaluate(run, cfg, run_dir, progress, "before").metrics()
+            plateaued(cfg.train, progress)  # the reference a plateau is judged against
+        bar.print(_accuracy_line("before", progress.before, n_eval, {}))
+        live = None
+        if dist.main:
+            resume_step = progress.step if resuming else None
+            live = LiveDiagnosis(run_dir.path, bar.print, resume_step=resume_step)
+        saved, ended = _loop(run, cfg, run_dir, progress, log, bar, stop, clock, assistant, live)
+        if stop["stop"] and saved != progress.step:
+            clock.tick()
+            save_run(run, run_dir, progress, cfg.train.keep_last)
+        elif not stop["stop"]:
+            bar.print(_accuracy_line("after", progress.last_eval, n_eval, progress.before))
+            export_final(run, cfg, run_dir)
+        sampler = episodes.engine if episodes is not None else run.engine
+        summary = _summary(
+            run, cfg, progress, log, clock.tick(), ended=ended, transport=sampler.transport.name
+        )
     if dist.main:
         run_dir.write_summary(summary)
     if stop["stop"]:
@@ -288,7 +297,8 @@ def _placement(cfg: LLMConfig) -> dict[str, Any]:
 
 
 def _summary(
-    run: LLMRun,
+    run: Controller,
+    cfg: LLMConfig,
     progress: Progress,
     log: MetricsLogger | _Silent,
     wall: float,
@@ -304,12 +314,12 @@ def _summary(
         "eval_reward_after": after.get("eval/reward"),
         "eval_problems": len(run.task.eval),
         "steps": progress.step,
-        "total_steps": run.cfg.train.total_steps,
+        "total_steps": cfg.train.total_steps,
         "wall_s": round(wall, 2),
         "interrupted": ended == "interrupted",
         "ended": ended,  # total_steps, plateau or interrupted
         "world_size": run.dist.world_size,
-        "placement": _placement(run.cfg),
+        "placement": _placement(cfg),
         "weight_transport": transport,  # how the new weights reached the sampling engine
         "final_metrics": {k: v for k, v in log.last.items() if k != "step"},
     }

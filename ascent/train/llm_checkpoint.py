@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ascent.models import load_frozen, load_policy
+from ascent.rules import LLMConfig
 from ascent.rundir import FINAL_MODEL, RunDir
 from ascent.train.checkpoint import (
     KIND_KEY,
@@ -37,7 +38,7 @@ from ascent.train.checkpoint import (
     save_checkpoint,
     unfit_checkpoint,
 )
-from ascent.train.llm_setup import LLMRun
+from ascent.train.controller import Controller
 from ascent.train.shards import load_shards
 
 REQUIRED = ("progress", "schedules", "sampler", "version")
@@ -56,34 +57,35 @@ class Progress:
     flat_evals: int = 0  # evaluations in a row without an improvement of plateau_min_delta
 
 
-def _shards(run: LLMRun) -> dict[str, Any]:
+def _shards(run: Controller) -> dict[str, Any]:
     state = run.actor.checkpoint_state()
     if hasattr(run.critic, "checkpoint_state"):
         state |= run.critic.checkpoint_state()
     return state
 
 
-def _schedules(run: LLMRun) -> dict[str, Any]:
+def _schedules(run: Controller) -> dict[str, Any]:
     state = run.actor.schedule_state()
     if hasattr(run.critic, "schedule_state"):
         state |= run.critic.schedule_state()
     return state
 
 
-def save_run(run: LLMRun, run_dir: RunDir, progress: Progress) -> Path:
+def save_run(run: Controller, run_dir: RunDir, progress: Progress, keep_last: int) -> Path:
     """A checkpoint of step `progress.step` (all ranks together); the best is kept by the
-    validation reward when this step was evaluated."""
+    validation reward when this step was evaluated, and the `keep_last` newest besides."""
     fresh = progress.last_eval_step == progress.step
     state = {
         KIND_KEY: LLM_KIND,
         "progress": vars(progress).copy(),
         "schedules": _schedules(run),
-        "sampler": run.sampler.state_dict(),
+        "sampler": run.rollouts.sampler.state_dict(),
         "version": run.version,
     }
-    if run.history is not None:
-        state["history"] = run.history.state_dict()
-    rank_state = {"rng": capture_rng_state(), "generator": run.generator.get_state()}
+    history = run.rollouts.history
+    if history is not None:
+        state["history"] = history.state_dict()
+    rank_state = {"rng": capture_rng_state(), "generator": run.rollouts.generator.get_state()}
     if run.replay is not None:
         rank_state["replay"] = run.replay.state_dict()
     return save_checkpoint(
@@ -91,16 +93,18 @@ def save_run(run: LLMRun, run_dir: RunDir, progress: Progress) -> Path:
         progress.step,
         state,
         metric=progress.last_eval.get("eval/reward") if fresh else None,
-        keep_last=run.cfg.train.keep_last,
+        keep_last=keep_last,
         shards=_shards(run),
         rank_state=rank_state,
         dist=run.dist,
     )
 
 
-def restore_run(run: LLMRun, path: Path) -> Progress:
-    """Continue from checkpoint `path`; the weights also reach the engine."""
-    required = (*REQUIRED, *(("history",) if run.history is not None else ()))
+def restore_run(run: Controller, path: Path, seed: int) -> Progress:
+    """Continue from checkpoint `path`; the weights also reach the engines. (`seed`: the
+    run's, from which a rank's sampling stream restarts when the world size changed.)"""
+    history = run.rollouts.history
+    required = (*REQUIRED, *(("history",) if history is not None else ()))
     state = load_checkpoint(path, LLM_KIND, required=required)
     shards = _shards(run)
     load_shards(path, shards)
@@ -111,19 +115,19 @@ def restore_run(run: LLMRun, path: Path) -> Progress:
         run.actor.load_schedule_state(state["schedules"])
         if hasattr(run.critic, "load_schedule_state"):
             run.critic.load_schedule_state(state["schedules"])
-        run.sampler.load_state_dict(state["sampler"])
-        if run.history is not None:
-            run.history.load_state_dict(state["history"])
+        run.rollouts.sampler.load_state_dict(state["sampler"])
+        if history is not None:
+            history.load_state_dict(state["history"])
         run.version = int(state["version"])
         progress = Progress(**state["progress"])
-        _restore_rank_state(run, path, progress.step)
+        _restore_rank_state(run, path, progress.step, seed)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
         raise unfit_checkpoint(path, err) from None
-    run.engine.sync_weights(run.actor.weights(run.engine.takes_adapters), run.version)
+    run.publish()
     return progress
 
 
-def _restore_rank_state(run: LLMRun, path: Path, step: int) -> None:
+def _restore_rank_state(run: Controller, path: Path, step: int, seed: int) -> None:
     rank_state = load_rank_state(path, run.dist)
     if rank_state is None:
         if run.dist.main:
@@ -131,20 +135,20 @@ def _restore_rank_state(run: LLMRun, path: Path, step: int) -> None:
                 f"note: {path} was written by another number of ranks: weights, optimiser and "
                 "data position continue; each rank's sampling stream restarts from its seed"
             )
-        run.generator.manual_seed(run.cfg.run.seed * 1_000_003 + step * 131 + run.dist.rank)
+        run.rollouts.generator.manual_seed(seed * 1_000_003 + step * 131 + run.dist.rank)
         return
     restore_rng_state(rank_state["rng"])
-    run.generator.set_state(rank_state["generator"])
+    run.rollouts.generator.set_state(rank_state["generator"])
     if run.replay is not None:
         run.replay.load_state_dict(rank_state["replay"])
 
 
-def export_final(run: LLMRun, run_dir: RunDir) -> Path:
+def export_final(run: Controller, cfg: LLMConfig, run_dir: RunDir) -> Path:
     """The trained policy as `RUN/final-model/`: a plain model of the run's architecture
     filled from the actor's weight stream (LoRA merged, shards gathered; every rank streams,
     rank 0 writes)."""
     target = run_dir.path / FINAL_MODEL
-    model_cfg, cpu = run.cfg.model, torch.device("cpu")
+    model_cfg, cpu = cfg.model, torch.device("cpu")
     model = (
         load_frozen(model_cfg.name_or_path, model_cfg, cpu, torch.float32)
         if run.dist.main

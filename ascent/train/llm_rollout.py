@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from ascent.algos import Turns
 from ascent.data import (
     DrawnPrompt,
     Problem,
@@ -49,6 +50,9 @@ class Scored:
     rewards: RewardOutput  # total[i] is None when no reward function applies to row i
     # Rows replayed from the positive-replay buffer (sampled by an older policy); empty: none.
     replayed: tuple[bool, ...] = field(default=())
+    # Multi-turn rows (agentic episodes): their turns and episodes, which the turn-level
+    # estimators credit; None: each row is one completion with one reward.
+    turns: Turns | None = None
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -59,6 +63,8 @@ class Scored:
         return [bool(is_correct(d)) for d in self.rewards.details]
 
     def subset(self, rows: list[int]) -> Scored:
+        if self.turns is not None:
+            raise ValueError("rows of agentic episodes are credited together: not split")
         r = self.rewards
         return Scored(
             self.rollout.select(
@@ -78,6 +84,11 @@ class Scored:
         """Its first row with nothing in it to learn from (no chosen token, no reward): what
         a rank trains on when it has no rows and the other ranks have some, so that its
         collectives meet theirs."""
+        if self.turns is not None or not len(self):
+            rollout = blank_rollout(self.rollout.response_mask.device)
+            turns = Turns.none(tuple(rollout.response_mask.shape), rollout.response_mask.device)
+            empty = RewardOutput([None], {}, [{}])
+            return Scored(rollout, [], [""], empty, turns=turns if self.turns is not None else None)
         row = self.subset([0])
         rollout = replace(row.rollout, response_mask=torch.zeros_like(row.rollout.response_mask))
         empty = RewardOutput([None], {name: [None] for name in row.rewards.components}, [{}])
@@ -105,6 +116,21 @@ class Scored:
             ),
             tuple(replayed) if any(replayed) else (),
         )
+
+
+def blank_rollout(device: torch.device, rows: int = 1) -> RolloutBatch:
+    """`rows` rows of one prompt token and one response token that the policy did not choose
+    (mask 0): nothing in them to learn from."""
+    z = torch.zeros((rows, 1), dtype=torch.long, device=device)
+    ones = torch.ones_like(z)
+    return RolloutBatch(z, ones, z, z.float(), z.float(), z[:, 0], ones[:, 0].bool(), z[:, 0])
+
+
+def empty_scored(device: torch.device, *, turns: bool = False) -> Scored:
+    """A batch of no rows (`turns`: of agentic episodes)."""
+    rollout = blank_rollout(device, rows=0)
+    no_turns = Turns.none((0, 1), device) if turns else None
+    return Scored(rollout, [], [], RewardOutput([], {}, []), turns=no_turns)
 
 
 @dataclass
@@ -162,6 +188,8 @@ def trainable(scored: Scored, needs_groups: bool) -> Scored:
     """The rows that can be learned from: those with a reward (a row no reward function
     applies to is left out, not trained on as 0) and, for group-normalised estimators, whose
     group still has another row to compare with."""
+    if scored.turns is not None:  # episodes: their turns carry the credit, all are kept
+        return scored
     rows = [i for i, total in enumerate(scored.rewards.total) if total is not None]
     if needs_groups:
         ids = [int(g) for g in scored.rollout.group_ids[rows].tolist()] if rows else []

@@ -44,11 +44,18 @@ log = logging.getLogger("ascent.train")
 
 
 class BatchSource(Protocol):
-    """Where a step's fresh batch comes from."""
+    """Where a step's fresh batch comes from. A source that samples with an engine of its own
+    (agentic episodes) names it as `engine`, and the controller publishes new weights to it
+    too."""
 
-    def next(self) -> tuple[Scored, dict[str, float], Scored]:
+    def next(self, version: int) -> tuple[Scored, dict[str, float], Scored]:
         """The batch to train on (before `trainable`), its metrics, and every completion
-        generated for it (dynamic sampling's dropped groups included)."""
+        generated for it (dynamic sampling's dropped groups included); `version` is the
+        trainer's policy version now."""
+        ...
+
+    def updated(self, version: int, trained: bool) -> None:
+        """The step is over: the policy is at `version` (`trained`: this step moved it)."""
         ...
 
     def close(self) -> None: ...
@@ -123,7 +130,7 @@ class FreshBatches:
             record_history(self.src, scored, drawn)
         return scored
 
-    def next(self) -> tuple[Scored, dict[str, float], Scored]:
+    def next(self, version: int = 0) -> tuple[Scored, dict[str, float], Scored]:
         src, cfg, n = self.src, self.cfg, self.src.prompts_per_step
         reports: list[ResampleReport] = []
         generated = [self._round(n, reports)]
@@ -156,8 +163,11 @@ class FreshBatches:
             metrics.update(report.metrics())
         return batch, metrics, everything
 
+    def updated(self, version: int, trained: bool) -> None:
+        return None  # the next batch is sampled by the engine's weights, which are new
+
     def close(self) -> None:
-        pass
+        return None
 
 
 class Prefetcher:
@@ -182,13 +192,16 @@ class Prefetcher:
         drawn = src.sampler.draw(src.prompts_per_step)
         self.queue.append(self.pool.submit(lambda: src.score(*src.collect(drawn))))
 
-    def next(self) -> tuple[Scored, dict[str, float], Scored]:
+    def next(self, version: int = 0) -> tuple[Scored, dict[str, float], Scored]:
         if not self.queue:
             self._order()
         scored = self.queue.popleft().result()
         while len(self.queue) < self.depth:
             self._order()
         return scored, reward_metrics(scored, self.src.dist, self.src.reflection), scored
+
+    def updated(self, version: int, trained: bool) -> None:
+        return None  # batches ordered from now on are sampled by the new weights
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

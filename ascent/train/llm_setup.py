@@ -1,17 +1,14 @@
-"""Everything an LLM run is made of, built once from the config: the `LLMRun`.
+"""Everything an LLM run is made of, built once from the config: its `Controller`.
 
-The run is a controller (`llm_step.rl_step`) over role workers that meet only through narrow
-interfaces and typed batches:
+The controller (controller.py) drives one batch source over role workers that meet only
+through narrow interfaces and typed batches:
 
-    actor      Actor: policy, optimiser, schedule        logprobs, update, weights
-    reference  ModelReference / AdapterReference        logprobs              (kl_coef > 0)
-    critic     Critic / ActorHead                        values, update        (gae estimators)
-    engine     RolloutEngine                             generate, sync_weights
-    reward     CompositeReward                           scores completions
-
-The engine and the reward are reached through the run's rollout side (`Rollouts`: with the
-prompt sampler, the formatter and the sampling generator), which the step's batch source
-(`FreshBatches`, or `Prefetcher` for async rollouts) draws from.
+    learners   actor      Actor: policy, optimiser, schedule     logprobs, update, weights
+               reference  ModelReference / AdapterReference     logprobs      (kl_coef > 0)
+               critic     Critic / ActorHead                     values, update (gae estimators)
+    rollouts   engine     RolloutEngine                          generate, sync_weights
+               reward     CompositeReward                        scores completions
+    source     FreshBatches, Prefetcher (async rollouts) or EpisodeSource (agentic episodes)
 
 The algorithm's named parts are looked up once (`parts.py`), and the optional parts of a
 recipe are objects that exist or not: a critic, a reward history (SRPO history resampling),
@@ -23,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,7 +33,6 @@ from ascent.data import (
     PromptFormatter,
     PromptSampler,
     RewardHistory,
-    TaskData,
     load_task,
     uses_chat_template,
 )
@@ -54,6 +49,9 @@ from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, EngineContext, RolloutEngine, SamplingParams
 from ascent.rules import LLMConfig
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
+from ascent.train.agentic_source import EpisodeSource
+from ascent.train.controller import Controller, Schedule
+from ascent.train.credit import CreditSettings, Learners, updates_per_step
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist
 from ascent.train.llm_preflight import check_memory
@@ -66,74 +64,9 @@ from ascent.train.run_engine import RankZeroEngine
 from ascent.train.sharding import shard_model
 
 
-@dataclass
-class LLMRun:
-    """The live objects of one run (mutable: weights, optimiser and streams advance).
-
-    The rollout side (`rollouts`) and where each step's batch comes from (`source`) are
-    objects of their own: what samples never holds the trainer's workers."""
-
-    cfg: LLMConfig
-    dist: Dist
-    actor: Actor
-    reference: Reference | None  # only when kl_coef > 0
-    tokenizer: PreTrainedTokenizerBase
-    task: TaskData
-    parts: AlgorithmParts
-    rollouts: Rollouts
-    source: BatchSource
-    critic: CriticWorker | None = None  # value-based estimators only
-    replay: PositiveReplay | None = None  # [sampling] replay_ratio > 0 only
-    version: int = 0  # optimiser updates of the policy so far (the engine samples with it)
-
-    def close(self) -> None:
-        """Stop what runs beside the trainer: prefetching, reward workers, engines."""
-        self.source.close()
-        self.rollouts.close()
-
-    @property
-    def device(self) -> torch.device:
-        return self.dist.device
-
-    # The rollout side's parts, read-only, for the loop, checkpoints and evaluation.
-    @property
-    def engine(self) -> RolloutEngine:
-        return self.rollouts.engine
-
-    @property
-    def reward(self) -> CompositeReward:
-        return self.rollouts.reward
-
-    @property
-    def sampler(self) -> PromptSampler:
-        return self.rollouts.sampler
-
-    @property
-    def history(self) -> RewardHistory | None:
-        return self.rollouts.history
-
-    @property
-    def generator(self) -> torch.Generator:
-        return self.rollouts.generator
-
-    @property
-    def sampling(self) -> SamplingParams:
-        return self.rollouts.sampling
-
-    @property
-    def prompts_per_step(self) -> int:
-        return self.rollouts.prompts_per_step
-
-
 def prompts_per_step(cfg: LLMConfig) -> int:
     """Fresh prompts per step over all ranks: the batch less its replayed rows, in groups."""
     return (cfg.train.batch_size - cfg.replay_rows) // cfg.rollout.group_size
-
-
-def updates_per_step(cfg: LLMConfig) -> int:
-    """Optimiser steps per RL step: ppo_epochs passes over batch_size / mini_batch_size."""
-    t = cfg.train
-    return t.ppo_epochs * (t.batch_size // (t.mini_batch_size or t.batch_size))
 
 
 def policy_updates(cfg: LLMConfig) -> int:
@@ -319,9 +252,24 @@ def _join_cluster(cluster: ClusterSection, dist: Dist) -> None:
         join(cluster, handle)
 
 
-def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
-    """Load models and data, and build the workers, the reward and the samplers (on this
-    rank of `dist`; a device means one process on it)."""
+def _source(cfg: LLMConfig, rollouts: Rollouts, actor: Actor) -> BatchSource:
+    """Where each step's rows come from: agentic episodes (played on an engine of their own),
+    prefetched batches (async rollouts) or batches sampled now."""
+    if cfg.agentic.enabled:
+        engine = make_engine(cfg, actor, rollouts.tokenizer, own_copy=True)
+        try:
+            return EpisodeSource(cfg, rollouts, engine)
+        except BaseException:
+            engine.close()
+            raise
+    if cfg.rollout.async_:
+        return Prefetcher(rollouts, cfg.rollout.max_staleness)
+    return FreshBatches(rollouts, cfg.sampling)
+
+
+def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> Controller:
+    """Load models and data, and build the workers, the reward, the samplers and the batch
+    source (on this rank of `dist`; a device means one process on it)."""
     if isinstance(dist, torch.device):
         dist = Dist.single(dist)
     tokenizer = load_tokenizer(cfg.model)
@@ -359,23 +307,21 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> LLMRun:
             history=RewardHistory() if s.history_resampling else None,
             reflection=reflection_pattern(cfg.logging.reflection_words),
         )
-        source: BatchSource = (
-            Prefetcher(rollouts, cfg.rollout.max_staleness)
-            if cfg.rollout.async_
-            else FreshBatches(rollouts, cfg.sampling)
-        )
-        run = LLMRun(
-            cfg=cfg,
-            dist=dist,
+        source = _source(cfg, rollouts, actor)
+        started.callback(source.close)
+        learners = Learners(
             actor=actor,
             reference=_reference(cfg, actor, parts, dist),
-            tokenizer=tokenizer,
-            task=task,
-            parts=parts,
+            critic=_critic(cfg, actor, parts, dist),
+        )
+        controller = Controller(
+            learners=learners,
+            credit=CreditSettings.of(cfg, parts, engine.exact_logprobs),
             rollouts=rollouts,
             source=source,
-            critic=_critic(cfg, actor, parts, dist),
+            task=task,
+            schedule=Schedule(cfg.critic.value_warmup_steps, cfg.replay_rows),
             replay=replay,
         )
         started.pop_all()
-    return run
+    return controller

@@ -51,6 +51,11 @@ class AlgorithmParts:
     needs_values: bool  # the estimator reads critic values (GAE): the run has a critic
     normalize_advantages: bool  # whiten advantages over the batch's policy tokens
     nll_coef: float  # weight of the NLL of correct completions (VAPO); 0: off
+    # Rows that may have been sampled by an older policy (agentic episodes, played ahead):
+    # "anchor": the clip is anchored at their sampling log-probs (plain PPO on stale data);
+    # "weight": tokens are weighted by min(pi_old / pi_behaviour, is_cap), the clip anchored
+    # at the policy being updated; "": rows are sampled by the weights being updated.
+    off_policy: str = ""
     # The engine's log-probs are not the trainer's: old log-probs are recomputed by the actor
     # and tokens weighted by min(pi_old / pi_engine, is_cap) (`with_engine_correction`).
     engine_correction: bool = False
@@ -75,7 +80,12 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
     if cfg.agentic.enabled and cfg.agentic.off_policy_correction:
         is_cap = cfg.agentic.correction_clip  # stale episodes: min(pi_old / pi_behaviour, cap)
     loss_params = PolicyLossParams(alg.clip_low, alg.clip_high, alg.dual_clip, is_cap)
-    needs_values = bool(ADVANTAGES.meta(alg.advantage).get("needs_values"))
+    # agentic episodes: the same estimator, credited per turn (ascent.algos.agentic)
+    advantage = f"turn_{alg.advantage}" if cfg.agentic.enabled else alg.advantage
+    off_policy = ""
+    if cfg.agentic.enabled:
+        off_policy = "weight" if cfg.agentic.off_policy_correction else "anchor"
+    needs_values = bool(ADVANTAGES.meta(advantage).get("needs_values"))
     extra_terms = (
         (alg.kl_coef > 0 and alg.kl_mode == "loss")
         or alg.entropy_coef > 0
@@ -84,13 +94,15 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
         or (needs_values and cfg.critic.architecture == "head")
     )
     return AlgorithmParts(
-        advantage=ADVANTAGES.get(alg.advantage),
+        advantage=ADVANTAGES.get(advantage),
         advantage_params=AdvantageParams(
             gamma=alg.gamma,
             lam=alg.lam,
             lam_critic=alg.lam_critic,
             length_alpha=alg.length_alpha,
             std_eps=alg.std_eps,
+            immediate_weight=cfg.agentic.immediate_reward_weight,
+            delayed_weight=cfg.agentic.delayed_reward_weight,
         ),
         policy_loss=policy_loss,
         loss_params=loss_params,
@@ -101,10 +113,11 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
         kl_in_loss=alg.kl_mode == "loss",
         entropy_coef=alg.entropy_coef,
         temperature=cfg.rollout.temperature,
-        needs_groups=bool(ADVANTAGES.meta(alg.advantage).get("needs_groups")),
+        needs_groups=bool(ADVANTAGES.meta(advantage).get("needs_groups")),
         needs_values=needs_values,
         normalize_advantages=alg.normalize_advantages,
         nll_coef=alg.nll_coef,
+        off_policy=off_policy,
         skip_zero_advantage=not extra_terms
         and vanishes_at_zero_advantage(policy_loss, loss_params),
     )

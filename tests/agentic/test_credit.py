@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from ascent.algos import ADVANTAGES, AdvantageBatch, AdvantageParams, Turns
 from ascent.algos.agentic import agentic_credit, group_normalise, turn_advantages_to_tokens
 
 
@@ -86,3 +87,45 @@ def test_turn_advantages_land_on_their_tokens_only():
         [0.5, 0.5, 0.0, 0.0, -1.0, -1.0, 0.0],
         [2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
     ]
+
+
+def two_episode_batch() -> AdvantageBatch:
+    """Episode A (row 0): turn 0, an observation token, turn 1; episode B (row 1): turn 2 on
+    two tokens, then padding. One problem, one pool of solve turns."""
+    turns = Turns(
+        token_turn=torch.tensor([[0, -1, 1], [2, 2, -1]]),
+        rewards=torch.tensor([-0.2, 0.3, 0.1]),
+        pools=torch.tensor([0, 0, 0]),
+        episodes=torch.tensor([0, 0, 1]),
+        episode_rewards=torch.tensor([1.0, 0.0]),
+        episode_groups=torch.tensor([7, 7]),
+    )
+    mask = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    return AdvantageBatch(torch.zeros(2, 3), mask, group_ids=torch.tensor([7, 7]), turns=turns)
+
+
+def test_turn_grpo_estimator_puts_each_turns_credit_on_its_policy_tokens():
+    params = AdvantageParams(std_eps=0.0, immediate_weight=0.3, delayed_weight=0.7)
+    result = ADVANTAGES.get("turn_grpo")(two_episode_batch(), params)
+    imm, delay = normalised([-0.2, 0.3, 0.1]), normalised([1.0, 0.0])
+    a0, a1 = 0.3 * imm[0] + 0.7 * delay[0], 0.3 * imm[1] + 0.7 * delay[0]
+    a2 = 0.3 * imm[2] + 0.7 * delay[1]
+    expected = torch.tensor([[a0, 0.0, a1], [a2, a2, 0.0]])
+    assert torch.allclose(result.advantages, expected, atol=1e-6)
+    assert result.metrics["adv/delayed_std"] > 0 and result.metrics["adv/immediate_std"] > 0
+
+
+def test_turn_dr_grpo_estimator_only_centres():
+    params = AdvantageParams(immediate_weight=0.0, delayed_weight=1.0)
+    result = ADVANTAGES.get("turn_dr_grpo")(two_episode_batch(), params)
+    assert torch.allclose(result.advantages, torch.tensor([[0.5, 0.0, 0.5], [-0.5, -0.5, 0.0]]))
+
+
+def test_turn_estimators_refuse_a_batch_without_turns_and_credit_a_blank_row_nothing():
+    plain = AdvantageBatch(torch.zeros(1, 2), torch.ones(1, 2), group_ids=torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"needs batch\.turns"):
+        ADVANTAGES.get("turn_grpo")(plain, AdvantageParams())
+    blank = AdvantageBatch(
+        torch.zeros(1, 1), torch.zeros(1, 1), turns=Turns.none((1, 1), torch.device("cpu"))
+    )
+    assert ADVANTAGES.get("turn_grpo")(blank, AdvantageParams()).advantages.tolist() == [[0.0]]

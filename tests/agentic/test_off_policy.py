@@ -20,9 +20,11 @@ import pytest
 import torch
 
 from ascent.configfile import load_config
+from ascent.rewards import RewardOutput
 from ascent.rollout.agentic.rows import build_rows
 from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
-from ascent.train.agentic_step import credit_batch
+from ascent.train.agentic_source import turns_of
+from ascent.train.llm_rollout import Scored
 from ascent.train.llm_setup import build_run
 
 GROUP = 4
@@ -34,7 +36,8 @@ def episodes(run, staleness: float) -> list[Episode]:
     problems = run.task.train[:8]
     prompts = [tok(p.prompt)["input_ids"] for p in problems]
     gen = torch.Generator().manual_seed(0)
-    batch = run.engine.generate(prompts, list(range(len(prompts))), GROUP, run.sampling, gen)
+    sampling = run.rollouts.sampling
+    batch = run.engine.generate(prompts, list(range(len(prompts))), GROUP, sampling, gen)
     out = []
     for i in range(len(batch)):
         n, g, solved = int(batch.response_mask[i].sum()), i // GROUP, i % 2 == 0
@@ -66,7 +69,10 @@ def one_update(tmp_path, *, correction: bool, staleness: float) -> dict[str, flo
     before = run.actor.logprobs(rows.rollout)
     run.actor.optimizer = torch.optim.SGD(run.actor.model.parameters(), lr=1e-3)
     run.actor.scheduler = torch.optim.lr_scheduler.LambdaLR(run.actor.optimizer, lambda _: 1.0)
-    batch, _ = credit_batch(run, rows)
+    n = len(rows.row_episode)
+    unscored = RewardOutput([None] * n, {}, [{}] * n)  # the credit reads the turns
+    scored = Scored(rows.rollout, [], [""] * n, unscored, turns=turns_of(rows))
+    batch, _ = run.train_batch(scored)
     metrics = run.actor.update(batch, 1)
     moved = (run.actor.logprobs(rows.rollout) - before).abs()
     metrics["drift"] = float(moved[rows.rollout.response_mask.bool()].mean())

@@ -153,12 +153,12 @@ def test_behaviour_logprobs_are_those_of_the_policy_version_that_sampled_them(tm
     engine = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
     assert engine.model is not policy
     batcher = PolicyBatcher(
-        engine, run.tokenizer, run.sampling, torch.Generator().manual_seed(0), 8
+        engine, run.tokenizer, run.rollouts.sampling, torch.Generator().manual_seed(0), 8
     )
 
     def logprobs(model, rollout):
         with torch.no_grad():
-            return response_logprobs(model, rollout, run.parts.temperature)[0]
+            return response_logprobs(model, rollout, run.credit.parts.temperature)[0]
 
     problems, uids = iter(run.task.train * 10), itertools.count()
     producer = EpisodeProducer(

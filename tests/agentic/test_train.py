@@ -15,9 +15,9 @@ from ascent.errors import AscentError
 from ascent.rollout.agentic.producer import Group
 from ascent.rollout.agentic.transcript import Episode
 from ascent.rundir import RunDir
-from ascent.train.agentic_step import AgenticTrainer
+from ascent.train.controller import Controller
 from ascent.train.llm import train_llm
-from ascent.train.llm_setup import build_run, make_engine
+from ascent.train.llm_setup import build_run
 from tests.api.scripted_server import ScriptedServer, ok
 from tests.rewards.conftest import isolation_or_skip
 
@@ -67,12 +67,12 @@ def test_tiny_agentic_recipe_trains_through_the_shared_loop(tmp_path):
 
 
 def test_an_interrupted_agentic_run_saves_and_resumes(tmp_path, monkeypatch):
-    step = AgenticTrainer.step
+    step = Controller.step
 
-    def interrupted(self, run, current):
+    def interrupted(self, current):
         if current == 2:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: finish the step, save, stop
-        return step(self, run, current)
+        return step(self, current)
 
     cfg = load_config(
         "examples/agentic_tiny.toml",
@@ -80,7 +80,7 @@ def test_an_interrupted_agentic_run_saves_and_resumes(tmp_path, monkeypatch):
          "train.eval_steps=0"],
     )  # fmt: skip
     with monkeypatch.context() as patch:
-        patch.setattr(AgenticTrainer, "step", interrupted)
+        patch.setattr(Controller, "step", interrupted)
         with pytest.raises(KeyboardInterrupt):
             train_llm(cfg, RunDir.create(cfg))
     resumed = RunDir.create(cfg, resume=tmp_path / cfg.run.name)
@@ -117,20 +117,18 @@ def test_steps_with_nothing_to_train_on_stop_the_run_after_max_skipped_steps(tmp
     cfg = load_config(TINY, [f'run.output_dir="{tmp_path}"', "data.eval_size=10",
                              "agentic.max_skipped_steps=2"])  # fmt: skip
     run = build_run(cfg, torch.device("cpu"))
-    trainer = AgenticTrainer(run)
     try:
-        trainer.producer = SandboxDown(run.task.train[0])  # type: ignore[assignment]
-        trainer.engine = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
-        metrics, _ = trainer.step(run, 1)  # one skipped step is logged, not fatal
-        per_step = 2 * run.prompts_per_step
+        run.source.producer = SandboxDown(run.task.train[0])  # type: ignore[assignment]
+        metrics, _ = run.step(1)  # one skipped step is logged, not fatal
+        per_step = 2 * run.rollouts.prompts_per_step
         assert metrics["update_skipped"] == 1.0 and metrics["agentic/sandbox_errors"] == per_step
         with pytest.raises(AscentError, match="2 steps in a row had no episode") as err:
-            trainer.step(run, 2)
+            run.step(2)
         message = str(err.value)
         assert f"{2 * per_step} x sandbox error: cgroup not writable at /x" in message
         assert "\n" not in message and "max_skipped_steps" in message
     finally:
-        trainer.close()
+        run.close()
 
 
 def code_problems(path) -> None:

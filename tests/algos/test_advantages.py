@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascent.algos import ADVANTAGES, AdvantageBatch, AdvantageParams, length_adaptive_lambda
+from ascent.algos import ADVANTAGES, AdvantageBatch, AdvantageParams, Turns, length_adaptive_lambda
 
 F64 = torch.float64
 
@@ -265,11 +265,20 @@ def test_group_advantages_sum_to_zero_within_each_group(name, members):
 
 
 def test_every_estimator_shares_one_signature_and_declares_its_parameters():
+    turns = Turns(  # read by the turn-level (agentic) estimators only
+        token_turn=torch.tensor([[0, 0], [1, 1]]),
+        rewards=torch.tensor([0.1, 0.5]),
+        pools=torch.tensor([0, 0]),
+        episodes=torch.tensor([0, 1]),
+        episode_rewards=torch.tensor([1.0, 0.0]),
+        episode_groups=torch.tensor([0, 0]),
+    )
     batch = AdvantageBatch(
         t([[0, 1], [0, 0]]),
         t([[1, 1], [1, 1]]),
         t([[0.1, 0.2], [0.3, 0.4]]),
         group_ids=torch.tensor([0, 0]),
+        turns=turns,
     )
     fields = set(AdvantageParams.__dataclass_fields__)
     for name in ADVANTAGES.names():

@@ -9,7 +9,14 @@ from ascent.errors import UnknownNameError
 
 
 def test_registries_hold_the_documented_names():
-    assert ADVANTAGES.names() == ["dr_grpo", "gae", "grpo", "length_adaptive_gae"]
+    assert ADVANTAGES.names() == [
+        "dr_grpo",
+        "gae",
+        "grpo",
+        "length_adaptive_gae",
+        "turn_dr_grpo",
+        "turn_grpo",
+    ]
     assert POLICY_LOSSES.names() == ["gspo", "ppo_clip"]
     assert AGGREGATIONS.names() == [
         "seq_mean_token_mean",

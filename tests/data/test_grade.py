@@ -148,7 +148,7 @@ def test_a_run_with_data_difficulty_trains_and_validates_only_on_the_chosen_buck
     assert {grade_of[p.prompt] for p in held} <= set(chosen)
     kept = {q for q, d in grade_of.items() if d in chosen}
     assert {p.prompt for p in train} | {p.prompt for p in held} == kept
-    drawn = run.sampler.draw(2 * len(train))  # two epochs of what the run trains on
+    drawn = run.rollouts.sampler.draw(2 * len(train))  # two epochs of what the run trains on
     assert {grade_of[d.problem.prompt] for d in drawn} <= set(chosen)
 
 

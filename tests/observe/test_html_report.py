@@ -38,7 +38,7 @@ def write_run(path: Path, rows, summary=None, events=None) -> Path:
 
 
 def llm_rows(n=60, eval_every=20, seed=0, kl=lambda i: 0.002 * i, reflection=True):
-    """GRPO on the tiny task: keys of llm_rollout.reward_metrics and llm_step.py."""
+    """GRPO on the tiny task: keys of llm_rollout.reward_metrics and controller.py."""
     rng = random.Random(seed)
     rows = []
     for i in range(1, n + 1):

@@ -214,9 +214,10 @@ def test_a_tracker_that_cannot_start_is_one_line_and_the_others_are_closed(run_d
 def test_a_training_run_resumed_after_a_crash_continues_its_tracker_runs(
     tmp_path, run_cli, monkeypatch
 ):
+    from ascent.train.controller import Controller
     from tests.train.test_llm_loop import SHORT
 
-    original = __import__("ascent.train.llm_step", fromlist=["rl_step"]).rl_step
+    original = Controller.step
 
     def crash_in_step_4(run, step):
         if step == 4:
@@ -227,7 +228,7 @@ def test_a_training_run_resumed_after_a_crash_continues_its_tracker_runs(
             f"logging.trackers={json.dumps(ALL)}"]  # fmt: skip
     args = [a for s in sets for a in ("--set", s)]
     with monkeypatch.context() as patch:
-        patch.setattr("ascent.train.llm.rl_step", crash_in_step_4)
+        patch.setattr(Controller, "step", crash_in_step_4)
         with pytest.raises(RuntimeError, match="simulated crash"):
             run_cli("train", *args)
     run_dir = RunDir(tmp_path / "tracked")

@@ -36,19 +36,20 @@ def arm(point: str) -> None:
 
     import ascent.observe.metrics as metrics
     import ascent.train.checkpoint as checkpoint
-    import ascent.train.llm as llm
 
     kind, _, arg = point.partition(":")
     n = int(arg) if arg else 0
     if kind == "step":
-        original_step = llm.rl_step
+        from ascent.train.controller import Controller
+
+        original_step = Controller.step
 
         def step(run, current):
             if current == n:
                 die()
             return original_step(run, current)
 
-        llm.rl_step = step
+        Controller.step = step
     elif kind == "metrics-line":
         original_log = metrics.MetricsLogger.log
 

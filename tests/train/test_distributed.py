@@ -18,7 +18,6 @@ from ascent.configfile import load_config
 from ascent.models import build_tiny_model
 from ascent.train.distributed import Dist, launch
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch, rl_step
 from ascent.train.train_batch import TrainBatch
 from tests.train.test_llm_loop import SHORT
 
@@ -61,7 +60,7 @@ def update_on_this_rank(overrides: list[str], batch_path: str, out_path: str) ->
     weights = trained_weights(run)
     if dist.main:
         save_file({k: v.contiguous() for k, v in weights.items()}, out_path)
-    run.reward.close()
+    run.close()
     dist.close()
 
 
@@ -92,13 +91,13 @@ RECIPES = {
 def test_one_update_on_two_ranks_equals_the_same_global_batch_on_one(tmp_path, recipe):
     overrides = [*UPDATE, f'run.output_dir="{tmp_path}"', *RECIPES[recipe](tmp_path)]
     run = build_run(load_config(None, overrides), torch.device("cpu"))
-    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+    batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
     assert len(batch) == 16 and len(set(batch.rollout.group_ids.tolist())) == 2
     save_batch(batch, tmp_path / "batch.safetensors")
     start = trained_weights(run)
     run.actor.update(batch, step=1)
     single = trained_weights(run)
-    run.reward.close()
+    run.close()
 
     out = tmp_path / "two-ranks.safetensors"
     launch(2, update_on_this_rank, overrides, str(tmp_path / "batch.safetensors"), str(out))
@@ -174,16 +173,10 @@ def test_lora_and_a_value_head_train_checkpoint_and_resume_on_two_ranks(tmp_path
 
 def agentic_step_on_this_rank(overrides: list[str], out_path: str) -> None:
     """One agentic step on this rank; rank 0 writes what every rank trained on and holds."""
-    from ascent.train.agentic_step import AgenticTrainer
-
     torch.set_num_threads(1)
     dist = Dist.from_env("cpu")
     run = build_run(load_config(PROJECT / "examples" / "agentic_tiny.toml", overrides), dist)
-    trainer = AgenticTrainer(run)
-    try:
-        metrics, scored = trainer.step(run, 1)
-    finally:
-        trainer.close()
+    metrics, scored = run.step(1)
     groups = sorted(set(scored.rollout.group_ids.tolist()))
     problems = sorted({p.prompt for p in scored.problems})
     weights = torch.cat([w.flatten() for _, w in run.actor.weights()])  # every rank gathers
@@ -224,7 +217,7 @@ def two_steps_with_ray_replicas(overrides: list[str], out_path: str) -> None:
     address = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
     steps = []
     for step in (1, 2):
-        _, scored = rl_step(run, step)
+        _, scored = run.step(step)
         groups = sorted(set(scored.rollout.group_ids.tolist()))
         steps.append((groups, len(scored), sorted(set(scored.rollout.versions.tolist()))))
     views = dist.gather((replicas, address, steps))

@@ -10,7 +10,6 @@ from ascent.rundir import RunDir
 from ascent.train.checkpoint import load_checkpoint
 from ascent.train.llm import train_llm
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import rl_step
 from ascent.train.shards import load_shards
 from tests.train.test_llm_loop import assert_same, config, one_update, stop_at, weights
 
@@ -31,7 +30,7 @@ def test_critic_warmup_trains_only_the_critic_then_the_policy_learns(tmp_path, a
     policy, critic = snapshot(run.actor.model), snapshot(value_model)
     lr_before = run.actor.scheduler.get_last_lr()
     for step in (1, 2):
-        metrics, _ = rl_step(run, step)
+        metrics, _ = run.step(step)
         assert metrics["critic_warmup"] == 1.0 and "value_loss" in metrics
         assert "clip_ratio" not in metrics and "grad_norm" not in metrics
     assert_same(policy, run.actor.model.state_dict(), atol=0)  # not one weight moved
@@ -40,10 +39,10 @@ def test_critic_warmup_trains_only_the_critic_then_the_policy_learns(tmp_path, a
     assert "head.weight" in moved
     if architecture == "separate":
         assert any(k.startswith("trunk.") for k in moved)  # its own backbone trains too
-    metrics, _ = rl_step(run, 3)
+    metrics, _ = run.step(3)
     assert "critic_warmup" not in metrics and "grad_norm" in metrics
     assert any(not torch.equal(v, policy[k]) for k, v in run.actor.model.state_dict().items())
-    run.reward.close()
+    run.close()
 
 
 def test_a_value_head_shares_the_policy_backbone_and_optimises_only_its_head(tmp_path):
@@ -53,7 +52,7 @@ def test_a_value_head_shares_the_policy_backbone_and_optimises_only_its_head(tmp
     assert {id(p) for p in head.model.trunk.parameters()} <= policy_params
     optimised = [id(p) for group in head.optimizer.param_groups for p in group["params"]]
     assert optimised == [id(p) for p in head.model.head.parameters()]
-    run.reward.close()
+    run.close()
 
 
 @pytest.mark.parametrize("architecture", ["separate", "head"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,12 +13,12 @@ import torch
 from ascent.configfile import load_config
 from ascent.models import load_policy
 from ascent.rundir import RunDir, latest_checkpoint
-from ascent.train import llm_step
+from ascent.train import llm_rollout
 from ascent.train.actor import Actor
+from ascent.train.controller import Controller
 from ascent.train.llm import train_llm
 from ascent.train.llm_checkpoint import policy_from_checkpoint
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch
 from ascent.train.reference import ModelReference
 
 SHORT = [
@@ -97,14 +98,14 @@ def test_a_finished_run_exports_its_policy_and_any_checkpoint_can_be_served(tmp_
 
 def stop_at(step: int, monkeypatch) -> None:
     """Press Ctrl-C during `step` (the loop finishes it, saves, and raises KeyboardInterrupt)."""
-    original = llm_step.rl_step
+    original = Controller.step
 
     def interrupted(run, current):
         if current == step:
             os.kill(os.getpid(), signal.SIGINT)
         return original(run, current)
 
-    monkeypatch.setattr("ascent.train.llm.rl_step", interrupted)
+    monkeypatch.setattr(Controller, "step", interrupted)
 
 
 def test_resume_gives_the_same_weights_as_one_uninterrupted_run(tmp_path, monkeypatch):
@@ -136,7 +137,9 @@ def build(cfg, **parts):
     """The run of `cfg`, its algorithm parts changed by `parts`."""
     run = build_run(cfg, torch.device("cpu"))
     if parts:
-        run.parts = run.actor.parts = run.parts.__class__(**{**vars(run.parts), **parts})
+        changed = dataclasses.replace(run.credit.parts, **parts)
+        run.actor.parts = changed
+        run.credit = dataclasses.replace(run.credit, parts=changed)
     return run
 
 
@@ -144,9 +147,9 @@ def one_update(cfg, **parts) -> dict[str, torch.Tensor]:
     """The policy's weights after one RL step from the same rollouts."""
     run = build(cfg, **parts)
     rollout, problems = run.rollouts.collect()
-    batch, _ = make_train_batch(run, run.rollouts.score(rollout, problems))
+    batch, _ = run.train_batch(run.rollouts.score(rollout, problems))
     run.actor.update(batch, step=1)
-    run.reward.close()
+    run.close()
     return {k: v.clone() for k, v in run.actor.model.state_dict().items()}
 
 
@@ -166,9 +169,9 @@ def one_gradient(cfg, **parts) -> dict[str, torch.Tensor]:
 
     run.actor.optimizer.step = record
     rollout, problems = run.rollouts.collect()
-    batch, _ = make_train_batch(run, run.rollouts.score(rollout, problems))
+    batch, _ = run.train_batch(run.rollouts.score(rollout, problems))
     run.actor.update(batch, step=1)
-    run.reward.close()
+    run.close()
     return grads
 
 
@@ -205,7 +208,7 @@ def test_update_does_not_depend_on_a_token_budget_cut(tmp_path, agg):
 def test_skipping_zero_advantage_completions_gives_the_same_update(tmp_path):
     cfg = config(tmp_path, "train.batch_size=32", "train.micro_batch_size=8")
     run = build_run(cfg, torch.device("cpu"))
-    assert run.parts.skip_zero_advantage
+    assert run.credit.parts.skip_zero_advantage
     assert_same_gradient(one_gradient(cfg), one_gradient(cfg, skip_zero_advantage=False))
 
 
@@ -252,23 +255,22 @@ def test_ctrl_c_finishes_the_step_saves_and_exits(tmp_path, monkeypatch):
 
 def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path):
     from ascent.rewards import CompositeReward
-    from ascent.train.llm_step import rl_step
 
     def every_other(prompts, completions, **_):  # None: "does not apply to this row"
         return [None if i % 2 else float(len(c)) for i, c in enumerate(completions)]
 
     run = build_run(config(tmp_path), torch.device("cpu"))
     policy = run.actor.model
-    run.reward.close()
+    run.close()
     run.rollouts.reward = CompositeReward({"every_other": every_other}, [1.0])
-    metrics, scored = rl_step(run, 1)
+    metrics, scored = run.step(1)
     assert metrics["frac_unscored"] == 0.5 and "update_skipped" not in metrics
-    kept = llm_step.trainable(scored, needs_groups=True)
+    kept = llm_rollout.trainable(scored, needs_groups=True)
     assert len(kept.completions) == 8 and all(t is not None for t in kept.rewards.total)
 
     run.rollouts.reward = CompositeReward({"none": lambda p, c, **_: [None] * len(c)}, [1.0])
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    metrics, _ = rl_step(run, 2)
+    metrics, _ = run.step(2)
     assert metrics["update_skipped"] == 1.0 and "reward" not in metrics
     assert_same(before, policy.state_dict(), atol=0)
 
@@ -299,5 +301,5 @@ def test_every_chosen_token_of_a_multi_turn_row_is_trained(tmp_path):
     # only the second turn carries advantage: dropping it leaves no gradient at all
     run.actor.update(TrainBatch(rollout, turn2 * 1.0, None, None), step=1)
     after = run.actor.model.state_dict()
-    run.reward.close()
+    run.close()
     assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -15,7 +15,6 @@ from ascent.rollout import RolloutBatch
 from ascent.train.llm_replay import PositiveReplay
 from ascent.train.llm_rollout import Scored
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import rl_step
 from tests.train.test_llm_loop import config
 
 
@@ -31,14 +30,14 @@ def flat_unless_odd(prompts, completions, **_):
 
 def scripted_run(tmp_path, reward, *overrides):
     run = build_run(config(tmp_path, "sampling.dynamic=true", *overrides), torch.device("cpu"))
-    run.reward.close()
+    run.close()
     run.rollouts.reward = CompositeReward({"scripted": reward}, [1.0])
     return run
 
 
 def test_dynamic_sampling_refills_the_batch_with_groups_whose_rewards_differ(tmp_path):
     run = scripted_run(tmp_path, flat_unless_odd, "sampling.max_rounds=8")
-    metrics, batch = rl_step(run, 1)
+    metrics, batch = run.step(1)
     prompts = {p.prompt for p in batch.problems}
     assert len(batch.completions) == 16 and len(prompts) == 2  # the requested 2 groups of 8
     assert all(int(p[1]) % 2 for p in prompts)  # only informative groups were kept
@@ -54,7 +53,7 @@ def test_dynamic_sampling_refills_the_batch_with_groups_whose_rewards_differ(tmp
 def test_dynamic_sampling_stops_at_max_rounds_with_a_warning(tmp_path, caplog):
     run = scripted_run(tmp_path, lambda p, c, **_: [1.0] * len(c), "sampling.max_rounds=2")
     with caplog.at_level(logging.WARNING, logger="ascent.train"):
-        metrics, batch = rl_step(run, 1)
+        metrics, batch = run.step(1)
     assert metrics["dynamic/rounds"] == 2 and metrics["dynamic/dropped_groups"] == 6
     assert metrics["dynamic/kept_groups"] == 0 and len(batch.completions) == 0
     assert metrics["update_skipped"] == 1.0
@@ -121,28 +120,28 @@ def test_each_batch_holds_replay_ratio_of_replayed_rows(tmp_path, monkeypatch):
     run.actor.update = lambda b, s, **k: seen.append(b) or original(b, s, **k)
     for step in range(1, 7):
         buffered = len(run.replay.items)
-        metrics, _ = rl_step(run, step)
+        metrics, _ = run.step(step)
         batch = seen[-1]
         assert metrics["replay/rows"] == min(8, buffered)
         assert len(batch.rollout) == 24 + metrics["replay/rows"]  # 3 fresh groups + replayed
         assert batch.behaviour_logp is not None and batch.returns is not None
     assert metrics["replay/rows"] == 8  # the buffer filled up: a quarter of the batch
-    run.reward.close()
+    run.close()
 
 
 def test_history_records_each_group_and_resamples_when_the_epoch_runs_out(tmp_path):
     cfg = config(tmp_path, "sampling.history_resampling=true", "data.train_size=5")
     run = build_run(cfg, torch.device("cpu"))
-    _, first = rl_step(run, 1)
-    record = run.history.epoch_correct
+    _, first = run.step(1)
+    record = run.rollouts.history.epoch_correct
     assert sum(len(v) for v in record.values()) == 16 and len(record) == 2
     assert sorted(itertools.chain(*record.values())) == sorted(first.correct)
-    metrics, _ = rl_step(run, 2)
+    metrics, _ = run.step(2)
     assert "resample/epoch" not in metrics  # 1 prompt left, a step needs 2: the epoch ends
-    metrics, _ = rl_step(run, 3)
+    metrics, _ = run.step(3)
     assert metrics["resample/seen"] == 4 and metrics["resample/epoch"] == 0
     assert metrics["resample/kept"] + metrics["resample/dropped"] == 5
-    run.reward.close()
+    run.close()
 
 
 @pytest.mark.parametrize("mode", ["mask", "penalty"])
@@ -153,7 +152,7 @@ def test_overlong_completions_are_masked_or_penalised(tmp_path, monkeypatch, mod
     seen: list = []
     original = run.actor.update
     run.actor.update = lambda b, s, **k: seen.append(b) or original(b, s, **k)
-    metrics, scored = rl_step(run, 1)
+    metrics, scored = run.step(1)
     cut = (~scored.rollout.finished).float().mean()
     assert 0 < cut < 1  # some answers need the fourth token
     if mode == "mask":
@@ -165,4 +164,4 @@ def test_overlong_completions_are_masked_or_penalised(tmp_path, monkeypatch, mod
     else:  # 3 tokens = L_max: -1; 2 tokens = L_max - L_cache: 0
         at_max = (scored.rollout.response_lengths == 3).float().mean()
         assert metrics["overlong/penalty"] == pytest.approx(-float(at_max))
-    run.reward.close()
+    run.close()

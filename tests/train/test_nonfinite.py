@@ -11,7 +11,6 @@ import torch
 from ascent.configfile import load_config
 from ascent.errors import AscentError
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch
 from tests.train.test_llm_loop import SHORT
 
 
@@ -21,7 +20,7 @@ def test_a_non_finite_gradient_stops_the_update_and_leaves_the_weights_alone(tmp
         load_config(None, [*SHORT, f'run.output_dir="{tmp_path}"']), torch.device("cpu")
     )
     try:
-        batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+        batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
         before = {k: v.clone() for k, v in run.actor.weights()}
         poisoned = dataclasses.replace(batch, advantages=torch.full_like(batch.advantages, poison))
         with pytest.raises(AscentError, match=r"the gradient is not finite .* stops before it"):

@@ -11,7 +11,6 @@ from ascent.errors import ConfigError
 from ascent.models import build_tiny_model
 from ascent.train.forward import response_logprobs
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch
 from tests.train.test_llm_loop import config
 
 
@@ -29,7 +28,7 @@ def test_bf16_compute_keeps_float32_master_weights_that_a_tiny_update_moves(tmp_
     params = dict(run.actor.model.named_parameters())
     assert {p.dtype for p in params.values()} == {torch.float32}
     start = {n: p.detach().clone() for n, p in params.items()}
-    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+    batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)
     moved = sum(int((p.detach() != start[n]).sum()) for n, p in params.items())
     assert moved > 0.5 * sum(p.numel() for p in params.values())
@@ -40,7 +39,7 @@ def test_bf16_compute_keeps_float32_master_weights_that_a_tiny_update_moves(tmp_
                for n in bf16}  # fmt: skip
     changed = sum(int((stepped[n] != bf16[n]).sum()) for n in bf16)
     assert changed < 0.05 * sum(w.numel() for w in bf16.values())
-    run.reward.close()
+    run.close()
 
 
 def test_bf16_compute_runs_the_forward_in_bf16(tmp_path):
@@ -52,7 +51,7 @@ def test_bf16_compute_runs_the_forward_in_bf16(tmp_path):
     run.actor.logprobs(run.rollouts.collect()[0])
     hook.remove()
     assert seen and set(seen) == {torch.bfloat16}
-    run.reward.close()
+    run.close()
 
 
 def test_lora_dropout_is_off_so_training_log_probs_equal_the_samplers(tmp_path):
@@ -65,12 +64,12 @@ def test_lora_dropout_is_off_so_training_log_probs_equal_the_samplers(tmp_path):
     run = build_run(cfg, torch.device("cpu"))
     dropouts = [m.p for m in run.actor.model.modules() if isinstance(m, torch.nn.Dropout)]
     assert dropouts and set(dropouts) == {0.0}
-    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+    batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)  # the adapters are no longer zero: dropout would show
     rollout, _ = run.rollouts.collect()  # sampled in eval mode
     run.actor.model.train()
     with torch.no_grad():  # the train-mode forward the loss uses
-        again = response_logprobs(run.actor.model, rollout, run.parts.temperature)[0]
+        again = response_logprobs(run.actor.model, rollout, run.credit.parts.temperature)[0]
     mask = rollout.response_mask.bool()
     assert torch.allclose(again[mask], rollout.logprobs[mask], atol=1e-5)
-    run.reward.close()
+    run.close()

@@ -17,10 +17,9 @@ from ascent.config.cluster import ClusterSection
 from ascent.configfile import load_config
 from ascent.errors import AscentError, ConfigError
 from ascent.rundir import RunDir
-from ascent.train import llm
+from ascent.train.controller import Controller
 from ascent.train.llm import train_llm
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import rl_step
 from tests.train.test_llm_loop import config
 
 RAY = [
@@ -117,15 +116,15 @@ def test_a_run_that_fails_to_start_stops_the_replicas_it_started(tmp_path, monke
 
 def test_killed_reward_and_rollout_actors_are_restarted_and_nothing_is_lost(tmp_path, monkeypatch):
     cfg = config(tmp_path, *RAY, "train.total_steps=4")
-    original = llm.rl_step
+    original = Controller.step
 
     def killing(run, step):
         if step == 2:  # mid-run: one of each kind dies (Ray restarts them)
-            ray.kill(run.reward.workers[0], no_restart=False)
+            ray.kill(run.rollouts.reward.workers[0], no_restart=False)
             ray.kill(run.engine.replicas[1], no_restart=False)
         return original(run, step)
 
-    monkeypatch.setattr(llm, "rl_step", killing)
+    monkeypatch.setattr(Controller, "step", killing)
     train_llm(cfg, RunDir.create(cfg))
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -185,7 +184,7 @@ def test_asynchronous_rollouts_stay_within_max_staleness(tmp_path):
     cfg = config(tmp_path, "rollout.async=true", "rollout.max_staleness=2", "train.total_steps=6")
     run = build_run(cfg, torch.device("cpu"))
     try:
-        staleness = [rl_step(run, step)[0]["staleness"] for step in range(1, 7)]
+        staleness = [run.step(step)[0]["staleness"] for step in range(1, 7)]
     finally:
         run.close()
     assert max(staleness) == 2 and min(staleness) == 0  # the first batch is on-policy

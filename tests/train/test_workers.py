@@ -10,7 +10,6 @@ from transformers import AutoModelForCausalLM
 from ascent.models import build_tiny_model
 from ascent.train.forward import response_logprobs
 from ascent.train.llm_setup import build_run
-from ascent.train.llm_step import make_train_batch
 from ascent.train.reference import AdapterReference
 from tests.train.test_llm_loop import config
 
@@ -31,18 +30,18 @@ def lora_run(tmp_path):
         'reward.functions=["tests.rewards.custom_rewards:length_reward"]',
     )
     run = build_run(cfg, torch.device("cpu"))
-    yield run, AutoModelForCausalLM.from_pretrained(tmp_path / "m")
-    run.reward.close()
+    yield run, AutoModelForCausalLM.from_pretrained(tmp_path / "m"), cfg
+    run.close()
 
 
 def test_a_lora_reference_is_the_base_model_under_the_adapters_not_a_copy(lora_run):
-    run, base = lora_run
+    run, base, _ = lora_run
     assert isinstance(run.reference, AdapterReference)
-    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+    batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)  # the adapters move away from zero
     rollout, _ = run.rollouts.collect()
     with torch.no_grad():
-        expected = response_logprobs(base, rollout, run.parts.temperature)[0]
+        expected = response_logprobs(base, rollout, run.credit.parts.temperature)[0]
     mask = rollout.response_mask.bool()
     reference = run.reference.logprobs(rollout)
     assert torch.allclose(reference[mask], expected[mask], atol=1e-5)
@@ -50,15 +49,15 @@ def test_a_lora_reference_is_the_base_model_under_the_adapters_not_a_copy(lora_r
 
 
 def test_the_weight_stream_is_the_plain_model_with_the_adapters_merged(lora_run):
-    run, base = lora_run
-    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+    run, base, _ = lora_run
+    batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)
     merged = dict(run.actor.weights())
     assert set(merged) == {n for n, _ in base.named_parameters(remove_duplicate=False)}
     base.load_state_dict(merged, strict=False)
     rollout, _ = run.rollouts.collect()
     with torch.no_grad():
-        plain = response_logprobs(base, rollout, run.parts.temperature)[0]
+        plain = response_logprobs(base, rollout, run.credit.parts.temperature)[0]
     mask = rollout.response_mask.bool()
     assert torch.allclose(plain[mask], run.actor.logprobs(rollout)[mask], atol=1e-5)
 
@@ -69,10 +68,10 @@ def test_an_engine_with_its_own_lora_copy_is_synced_with_the_adapters_alone(lora
     from ascent.rollout import SamplingParams
     from ascent.train.llm_setup import make_engine
 
-    run, _ = lora_run
-    own = make_engine(run.cfg, run.actor, run.tokenizer, own_copy=True)
+    run, _, cfg = lora_run
+    own = make_engine(cfg, run.actor, run.tokenizer, own_copy=True)
     assert own.takes_adapters and not run.engine.takes_adapters
-    batch, _ = make_train_batch(run, run.rollouts.score(*run.rollouts.collect()))
+    batch, _ = run.train_batch(run.rollouts.score(*run.rollouts.collect()))
     run.actor.update(batch, step=1)
     sent = dict(run.actor.weights(own.takes_adapters))
     assert sent and all(".lora_" in name for name in sent)

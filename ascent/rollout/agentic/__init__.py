@@ -10,6 +10,6 @@
 - `producer`: episodes on a background thread, async_workers in flight, bounded staleness.
 - `rows`: episodes -> training rows (observation tokens masked out).
 
-The trainer's side is `ascent.train.agentic_step`; credit assignment is
+The trainer's side is `ascent.train.agentic_source`; credit assignment is
 `ascent.algos.agentic`.
 """
