@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
 
-# The failure classes live in failures.py; callers may name them from here too.
 from ascent.api.failures import (  # noqa: F401 re-exported
     ApiError,
     AuthError,
@@ -40,6 +39,9 @@ from ascent.api.failures import (  # noqa: F401 re-exported
     UnknownModelError,
     UnreachableError,
 )
+
+# The failure classes live in failures.py; callers may name them from here too.
+from ascent.secrets import redact
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,6 @@ def proxy_for(url: str) -> tuple[str, str] | None:
 
 def server_text(exc: BaseException, secrets: Sequence[str]) -> str:
     """The server's own explanation, key-scrubbed, on one line, at most 200 characters."""
-    from ascent.api.keys import redact
-
     body = getattr(exc, "body", None)
     text = ""
     if isinstance(body, dict):
@@ -357,8 +357,6 @@ def models_not_listed(ctx: CallContext, status: int, attempts: int = 1) -> BaseU
 
 
 def no_choices(ctx: CallContext, body_error: object, attempts: int = 1) -> NoChoicesError:
-    from ascent.api.keys import redact
-
     detail = ""
     if body_error:
         msg = body_error.get("message", body_error) if isinstance(body_error, dict) else body_error

@@ -2,27 +2,25 @@
 
 A key is read from the variable named by `api_key_env`: first the process environment, then a
 `.env` file beside the config (python-dotenv syntax; the environment wins). Only the first 4
-characters of a key are ever printed; `redact` scrubs any longer piece of a known key, and any
-token that looks like a key, from text that came back from a server.
+characters of a key are ever printed; `ascent.secrets.redact` masks any longer piece of a known
+key, and any token that looks like a key, in text that came back from a server.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dotenv import dotenv_values
 
 from ascent.api.failures import KeyLooksLikeNameError, KeyMissingError
-from ascent.config.api import ENV_NAME, key_shaped, mask_secret
+from ascent.secrets import ENV_NAME, mask_secret, redact
 
 __all__ = ["KeySource", "Secret", "mask_secret", "redact"]
 
 NO_KEY = "no-key"  # sent to endpoints configured with api_key_env = ""
-_TOKEN = re.compile(r"[^\s'\"`,;:=()\[\]{}<>]+")
 
 
 class Secret:
@@ -47,19 +45,6 @@ class Secret:
 
     def __reduce__(self):  # never pickled in clear (checkpoints, multiprocessing)
         raise TypeError("a Secret cannot be pickled")
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Replace anything in `text` sharing 5 characters with a secret, or shaped like a key."""
-    grams = {s[i : i + 5] for s in secrets if s for i in range(len(s) - 4)}
-
-    def scrub(match: re.Match[str]) -> str:
-        token = match.group(0)
-        if any(token[i : i + 5] in grams for i in range(len(token) - 4)) or key_shaped(token):
-            return "[redacted]"
-        return token
-
-    return _TOKEN.sub(scrub, text)
 
 
 def _looks_like_a_name(value: str, var: str) -> bool:

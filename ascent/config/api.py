@@ -34,56 +34,16 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ascent.config.base import Section
+from ascent.secrets import ENV_NAME, looks_like_key, mask_secret, redact
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 VERSION_SEGMENT = re.compile(r"^v\d+[a-z0-9]*$")  # of an API path: v1, v1beta
 MODEL_SUFFIX = "_model"
-# Prefixes providers give their keys (OpenAI sk-, Groq gsk_, Hugging Face hf_, Google AIza...).
-KEY_PREFIX = re.compile(
-    r"^(?:sk|pk|rk|ak|gsk|hf|fw|key)[-_][A-Za-z0-9_\-*.]{6,}|^AIza[A-Za-z0-9_\-]{20,}"
-)
-
-
-def key_shaped(token: str) -> bool:
-    """A known key prefix, or a long random-looking run (not a hyphenated model name)."""
-    if KEY_PREFIX.match(token):
-        return True
-    return (
-        len(token) >= 24
-        and re.fullmatch(r"[A-Za-z0-9_\-]+", token) is not None
-        and token.count("-") <= 2
-        and any(c.isdigit() for c in token)
-        and any(c.isalpha() for c in token)
-    )
-
-
-def mask_secret(value: str) -> str:
-    """The first 4 characters of a secret and its length: all anyone may ever print of it."""
-    return f"'{value[:4]}…' ({len(value)} chars)"
-
-
-KEY_WORD = re.compile(r"[A-Za-z0-9_\-*.]+")  # a run of characters a key can be made of
-
-
-def redact(text: str) -> str:
-    """`text` with every key-shaped word masked (4 characters and a length): for a message
-    that may quote a value the user gave."""
-    return KEY_WORD.sub(lambda m: mask_secret(m[0]) if key_shaped(m[0]) else m[0], text)
 
 
 def _without_secrets(text: str) -> str:
     """`text` for a message: anything before an '@' dropped, key-shaped words masked."""
     return redact("…@" + text.rpartition("@")[2] if "@" in text else text)
-
-
-def looks_like_key(text: str) -> bool:
-    """True when a string looks like an API key rather than an environment variable name."""
-    if re.match(r"^(sk|pk|rk|ak)[-_]", text, re.IGNORECASE) and len(text) >= 12:
-        return True
-    if not ENV_NAME.match(text):
-        return len(text) >= 16
-    return len(text) >= 24 and any(c.isdigit() for c in text) and any(c.islower() for c in text)
 
 
 def check_key_env_name(value: str, where: str) -> str:

@@ -35,7 +35,6 @@ from ascent.configfile.aliases import Alias, Kind, label
 from ascent.configfile.loader import YAML_SUFFIXES, config_from_data, tomllib
 from ascent.configfile.migrate_read import read_any
 from ascent.configfile.migrate_toml import emit, nest, tomlable
-from ascent.configfile.secrets import holds_secret, redact, secret_name, shown
 from ascent.configfile.settings_json import (
     SETTINGS_FILE,
     check_endpoints,
@@ -43,6 +42,7 @@ from ascent.configfile.settings_json import (
     read_settings,
 )
 from ascent.errors import AscentError, one_line
+from ascent.secrets import holds_secret, redact, secret_name, shown
 
 KEPT, SAME_NAME, ALIAS, IMPLIED = 0, 1, 2, 3  # who wins a key two sources set: lowest first
 SETTINGS_RANK = 10  # settings.json loses to the TOML, as when ascent reads it

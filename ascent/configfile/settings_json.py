@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from ascent.config.api import VERSION_SEGMENT, ApiSection, key_shaped, mask_secret
+from ascent.config.api import VERSION_SEGMENT, ApiSection
 from ascent.config.run import LoggingSection, RunSection
-from ascent.configfile.secrets import shown
 from ascent.errors import ConfigError, did_you_mean
+from ascent.secrets import key_shaped, mask_secret, shown
 
 SETTINGS_FILE = "settings.json"
 # The flat shape: settings.json key -> [run] key. Checkpoints always live in

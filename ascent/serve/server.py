@@ -31,9 +31,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ascent.api.failures import KeyMissingError
-from ascent.api.keys import KeySource, Secret, mask_secret
-from ascent.config.api import ENV_NAME, looks_like_key
+from ascent.api.keys import KeySource, Secret
 from ascent.errors import AscentError
+from ascent.secrets import ENV_NAME, looks_like_key, mask_secret
 from ascent.serve.batching import Batcher, Generation, Generator, GenParams
 from ascent.serve.wire import (
     RequestError,
