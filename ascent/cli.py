@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import click
 import typer
@@ -77,12 +77,25 @@ def train(
             "rank), gloo on CPU. Same as torchrun --nproc-per-node N -m ascent train ...",
         ),
     ] = 1,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Resolve and check everything the run needs (model and tokenizer, data and "
+            "the columns its rewards read, API keys, ranks and batch arithmetic, memory "
+            "estimate, run directory) without training or writing; exit 0, or 2 with one "
+            "line per problem.",
+        ),
+    ] = False,
 ) -> None:
     """Train: an LLM recipe (GRPO, PPO, VAPO, ...) or classic PPO (a config with [env])."""
     from ascent.configfile import load_config
     from ascent.train import check_world_size, run_training, train_rank
 
     cfg = load_config(config, set_ or [])
+    if dry_run:
+        _dry_run(cfg, nproc, resume, overwrite)
+        return
     for warning in cfg.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if nproc == 1:
@@ -100,6 +113,21 @@ def train(
         )
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank runs this command
         typer.echo(f"summary: {summary}")
+
+
+def _dry_run(cfg: Any, nproc: int, resume: Path | None, overwrite: bool) -> None:
+    """`train --dry-run`: the checklist, then each problem on a line of its own (exit 2)."""
+    from ascent.doctor.checks import format_checks
+    from ascent.doctor.dry_run import dry_run
+
+    checks = dry_run(cfg, nproc, resume=resume, overwrite=overwrite)
+    typer.echo("\n".join(format_checks(checks)))
+    problems = [c for c in checks if c.status == "fail"]
+    for check in problems:
+        typer.echo(f"error: {check.name}: {check.detail}", err=True)
+    if problems:
+        raise typer.Exit(2)
+    typer.echo("dry run: everything the run needs is in place; nothing was written")
 
 
 @app.command("eval")
@@ -377,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
     try:
-        app(args=args, prog_name="ascent", standalone_mode=False)
+        code = app(args=args, prog_name="ascent", standalone_mode=False)
     except AscentError as err:
         if _state["debug"]:
             raise
@@ -394,6 +422,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    if isinstance(code, int) and code:  # a command's typer.Exit(n), returned in this mode
+        sys.exit(code)
 
 
 __all__ = ["EXIT_USER_ERROR", "app", "main"]

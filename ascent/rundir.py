@@ -159,6 +159,27 @@ def release(path: Path) -> None:
         handle.close()
 
 
+def locked_by(path: Path) -> str | None:
+    """The PID of another process holding the run directory's lock, without taking it (None:
+    free, or not a directory); nothing is written."""
+    lock_path = path / LOCK_FILE
+    key = path.resolve()
+    if key in _held or not lock_path.is_file():
+        return None
+    try:
+        with open(lock_path) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return handle.read().strip() or "?"
+            except OSError:
+                return None
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except OSError:
+        return None
+    return None
+
+
 def _same_file(handle: Any, path: Path) -> bool:
     try:
         return os.fstat(handle.fileno()).st_ino == path.stat().st_ino
@@ -197,16 +218,32 @@ class RunDir:
     def config_path(self) -> Path:
         return self.path / "config.toml"
 
-    @classmethod
-    def create(
-        cls, cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool = False
-    ) -> RunDir:
+    @staticmethod
+    def check(cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool = False) -> str:
+        """What `create` would do with these arguments, or the one-line refusal it would give
+        (raised), without writing anything: `ascent train --dry-run`."""
         if resume is not None and overwrite:
             raise AscentError("--resume and --overwrite contradict each other; pass one of them")
+        path = Path(resume) if resume is not None else Path(cfg.run.output_dir) / cfg.run.name
+        holder = locked_by(path) if path.is_dir() else None
+        if holder is not None:
+            raise AscentError(
+                f"run directory {path} is in use by another ascent process (PID {holder}); wait "
+                "for it to end (or stop it), or use another run.name"
+            )
         if resume is not None:
-            return cls._resume(Path(resume), cfg)
-        path = Path(cfg.run.output_dir) / cfg.run.name
-        if path.exists() and any(path.iterdir()):
+            if not path.is_dir():
+                raise AscentError(f"--resume {path}: no such run directory; check the path")
+            ckpt = latest_checkpoint(path)
+            if ckpt is not None:
+                return f"{path}: resumes from {ckpt.name}"
+            if not (path / "config.toml").is_file() and not getattr(cfg, "stages", None):
+                raise AscentError(
+                    f"--resume {path}: not a run directory (no config.toml, no checkpoint); "
+                    "check the path"
+                )
+            return f"{path}: no checkpoint yet, starts again from step 0"
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
             if not overwrite:
                 raise AscentError(
                     f"run directory {path} already exists; pass --resume {path} to continue it, "
@@ -218,6 +255,18 @@ class RunDir:
                     "deletes only its own runs; choose another run.name or output_dir, or move "
                     "it away yourself"
                 )
+            return f"{path}: replaced (--overwrite)"
+        return f"{path}: a new run directory"
+
+    @classmethod
+    def create(
+        cls, cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool = False
+    ) -> RunDir:
+        cls.check(cfg, resume=resume, overwrite=overwrite)  # every refusal, nothing written
+        if resume is not None:
+            return cls._resume(Path(resume), cfg)
+        path = Path(cfg.run.output_dir) / cfg.run.name
+        if path.exists() and any(path.iterdir()):  # --overwrite of a run directory (checked)
             lock(path)  # refused while another process runs it
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -228,17 +277,9 @@ class RunDir:
 
     @classmethod
     def _resume(cls, path: Path, cfg: AnyConfig) -> RunDir:
-        if not path.is_dir():
-            raise AscentError(f"--resume {path}: no such run directory; check the path")
         lock(path)  # refused while another process runs it
         ckpt = latest_checkpoint(path)
-        staged = bool(getattr(cfg, "stages", None))
-        if ckpt is None and not staged:
-            if not (path / "config.toml").is_file():
-                raise AscentError(
-                    f"--resume {path}: not a run directory (no config.toml, no checkpoint); "
-                    "check the path"
-                )
+        if ckpt is None and not getattr(cfg, "stages", None):
             print(f"note: {path} has no checkpoint yet; starting it again from step 0")
             for partial in ("metrics.jsonl", "summary.json"):
                 (path / partial).unlink(missing_ok=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ascent.config.hub_ids import hub_id_hint
 from ascent.configfile import aliases
 from ascent.configfile.aliases import Alias, Kind, label
 from ascent.configfile.loader import YAML_SUFFIXES, config_from_data, tomllib
@@ -389,8 +390,32 @@ def migrate_data(data: dict[str, Any], source: str, settings: dict[str, Any] | N
     body: list[str] = []
     emit(nest(plain, kind), (), m.comments, body, set())
     problem, warnings = _check("\n".join(body) + "\n", source, settings is not None)
+    if kind == "llm":
+        warnings = _unnamed(plain) + warnings
     text = "\n".join(_header(source, kind, m, settings, problem, warnings) + body).strip() + "\n"
     return Migration(text, kind, plain, m.left_out, m.not_mapped, problem)
+
+
+def _unnamed(values: dict[str, Any]) -> list[str]:
+    """What the file leaves to ascent's demo defaults, or names loosely: said in the header
+    (and by `ascent train --dry-run`), never filled in silently."""
+    notes = []
+    model = values.get("model.name_or_path")
+    if model is None:
+        notes.append(
+            "the file names no model: [model] name_or_path would be the built-in ascent:tiny "
+            "(a 1 M-parameter demo); set it to your policy's hub id (owner/name) or directory"
+        )
+    elif isinstance(model, str) and (hint := hub_id_hint(model)) is not None:
+        notes.append(
+            f'[model] name_or_path "{model}" is not a hub id (owner/name): did you mean "{hint}"?'
+        )
+    if "data.path" not in values and "data.task" not in values:
+        notes.append(
+            "the file names no data: the built-in arithmetic task would train; set [data] path "
+            "(a JSONL / Parquet file, a datasets directory or an ascent: set) or [data] task"
+        )
+    return notes
 
 
 def _check(text: str, source: str, beside_settings: bool) -> tuple[str | None, list[str]]:

@@ -14,6 +14,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from ascent.config.hub_ids import hub_id_hint
 from ascent.config.llm_sections import CriticSection, LoraSection, ModelSection
 from ascent.errors import AscentError, UnknownNameError, did_you_mean
 from ascent.models.builtin import BUILTIN_MODELS, BUILTIN_PREFIX
@@ -24,8 +25,16 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """A built-in name -> its directory; anything else is returned unchanged."""
+    """A built-in name -> its directory; anything else is returned unchanged, except a loose
+    name that is neither a directory nor a hub id and that `hub_id_hint` can place
+    (`qwen-32b`): refused at once with the id it means, before any download is tried."""
     if not name_or_path.startswith(BUILTIN_PREFIX):
+        hint = None if Path(name_or_path).exists() else hub_id_hint(name_or_path)
+        if hint is not None:
+            raise AscentError(
+                f"model '{name_or_path}' is neither a local directory nor a hub id (owner/name); "
+                f"did you mean '{hint}'?"
+            )
         return name_or_path
     if name_or_path not in BUILTIN_MODELS:
         valid = ", ".join(sorted(BUILTIN_MODELS))

@@ -6,7 +6,7 @@ reward on a code problem). Columns are the dataset's columns, one list entry per
 
 A *builder*, registered by name in `REWARDS`, turns the config into such a function:
 
-    @REWARDS.register("countdown")
+    @REWARDS.register("countdown", columns=("numbers", "target"))  # the columns it reads
     def build_countdown(reward_cfg: RewardSection, sandbox_cfg: SandboxSection) -> RewardFunction:
         return countdown_reward
 

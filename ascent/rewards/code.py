@@ -363,7 +363,7 @@ class CodeReward(ScoredReward):
             pool.close()
 
 
-@REWARDS.register("code")
+@REWARDS.register("code", columns=("tests",))
 def build_code_reward(reward_cfg: RewardSection, sandbox_cfg: SandboxSection) -> CodeReward:
     check_isolation(sandbox_cfg)  # refuse when the config is built, not mid-training
     return CodeReward(reward_cfg.code, sandbox_cfg)

@@ -92,7 +92,7 @@ class CountdownReward:
         return Scored(values, details)
 
 
-@REWARDS.register("countdown")
+@REWARDS.register("countdown", columns=("numbers", "target"))
 def build_countdown_reward(
     reward_cfg: RewardSection, sandbox_cfg: SandboxSection
 ) -> CountdownReward:

@@ -321,7 +321,7 @@ class MathReward(ScoredReward):
         self.verifier.close()
 
 
-@REWARDS.register("math")
+@REWARDS.register("math", columns=("answer",))
 def build_math_reward(reward_cfg: RewardSection, sandbox_cfg: SandboxSection) -> MathReward:
     return MathReward(reward_cfg.math)
 
