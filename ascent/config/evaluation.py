@@ -55,16 +55,34 @@ class TestTimeRLSection(Section):
         "(see labels; never the hidden tests); report pass@1 (one greedy "
         'answer) without and with it. Needs mode = "agentic" and policy = "local".',
     )
-    labels: Literal["reference", "vote"] = Field(
-        "reference",
+    labels: Literal["vote", "oracle"] = Field(
+        "vote",
         description="What tells a right attempt from a wrong one, besides the sample tests. "
-        "reference: the generated tests the problem's reference solution confirms (a "
-        "contestant with a correct brute-force checker). vote: no reference solution and no "
-        "expected output of a generated test is used; every attempt of an update is run on the "
-        "sample inputs and the generated tests' inputs (the empty input when there are none) "
-        "and an attempt whose output differs from the most common one (given by at least 2 "
-        "attempts, no tie) counts as broken: majority-vote test-time RL.",
+        "vote (what a contestant has): no reference solution and no expected output of a "
+        "generated test is used; every attempt of an update is run on the sample inputs and "
+        "the generated tests' inputs (the empty input when there are none) and an attempt "
+        "whose output differs from the most common one (given by at least 2 attempts and "
+        "vote_min_share of those that ran, no tie) counts as broken: majority-vote test-time "
+        "RL. oracle: the generated tests the problem's reference solution confirms (a "
+        "contestant with a correct brute-force checker: an upper bound, not a contest result; "
+        'warned about at load; "reference" is its old name).',
     )
+    vote_min_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="labels = vote: the share of the attempts that ran which must agree on an "
+        "output for it to count as the answer on that input (0: any clear plurality of at "
+        "least 2). Below it the group carries no label there and the update is skipped: a "
+        "weak majority is wrong more often than a strong one, and training towards it only "
+        "sharpens the mistake (on the tiny task 0.5 lost 1.5 points where 0 lost 3.5).",
+    )
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _old_label_name(cls, value: object) -> object:
+        return "oracle" if value == "reference" else value  # its name until 2026-12
+
     scope: Literal["problem", "band"] = Field(
         "problem",
         description="problem: the original weights are restored after every problem; band: "
@@ -100,6 +118,11 @@ class TestTimeRLSection(Section):
 
     @model_validator(mode="after")
     def _idle_when_off(self) -> TestTimeRLSection:
+        if self.labels != "vote" and self.explicitly_set("vote_min_share"):
+            raise ValueError(
+                '[eval.test_time_rl] vote_min_share acts only with labels = "vote"; remove '
+                'the key or set labels = "vote"'
+            )
         if not self.enabled:
             keys = [k for k in type(self).model_fields if k != "enabled"]
             for key in keys:

@@ -144,13 +144,15 @@ def _row(label: str, kind: str, results: list[AdaptedResult]) -> dict[str, Any]:
 
 
 def notes(
-    results: Sequence[AdaptedResult], scope: str, extra: Sequence[str], labels: str = "reference"
+    results: Sequence[AdaptedResult], scope: str, extra: Sequence[str], labels: str = "vote"
 ) -> list[str]:
     """Footnotes the table and the results carry, so nobody misreads them."""
     out = [n for n in [label_note([r.band for r in results])] if n]
     saw = (
-        "sample tests and generated tests the reference solution confirmed (a correct checker)"
-        if labels == "reference"
+        "sample tests and generated tests the reference solution confirmed (labels = oracle: a "
+        "correct checker, which a contestant does not have; an upper bound, not a contest "
+        "result)"
+        if labels == "oracle"
         else "sample tests and the majority output of their own attempts (no reference "
         "solution, no expected output of a generated test)"
     )

@@ -160,6 +160,7 @@ async def _evaluate(
         unparsable_reward=a.unparsable_reward,
         default_language=ev.language,
         labels=ev.test_time_rl.labels,
+        vote_min_share=ev.test_time_rl.vote_min_share,
     )
     # the prompt is the statement and samples, which the view keeps: check it fits before the
     # test generator's requests and the sandbox work

@@ -2,7 +2,7 @@
 
 The line that keeps the hidden tests out of the updates is drawn here, once. `visible_view`
 is the problem as the updates see it: the statement, the sample tests, the hidden tests' inputs
-(a generated test that copies one is refused, as in episodes) and, with labels = "reference",
+(a generated test that copies one is refused, as in episodes) and, with labels = "oracle",
 the reference solution (it confirms generated tests); every hidden expected output is blanked
 and the problem's answer column emptied. Everything the updates read (the solver's prompt, the
 generated tests, the verdicts) is computed from that view; only the answers are judged on the
@@ -11,9 +11,10 @@ real problem, by `Verifier.final`, outside this module.
 Per problem, once (`AttemptScorer.prepare`):
 
     the test generator ([agentic.roles] testgen: scripted, or an API role) proposes tests from
-    the problem alone; labels = "reference": `Verifier.validate` keeps those the reference
-    solution reproduces; labels = "vote": only their inputs are kept (with the sample inputs,
-    or the empty input when there are none), and the reference solution is not in the view
+    the problem alone; labels = "vote" (the default: what a contestant has): only their inputs
+    are kept (with the sample inputs, or the empty input when there are none), and the
+    reference solution is not in the view; labels = "oracle": `Verifier.validate` keeps those
+    the reference solution reproduces (an upper bound: a contestant has no such checker)
 
 Per group of attempts (`AttemptScorer.score`), the solver's first turn, read by the task's
 format:
@@ -21,11 +22,12 @@ format:
     no program                    [agentic] unparsable_reward
     a program                     its [reward.code] tier (compile error, compiles, passes the
                                   samples), + [agentic] adversarial_penalty when it is broken:
-                                  reference: a confirmed generated test fails;
                                   vote: its output on some input differs from the group's
-                                  majority output there (`majority`)
+                                  majority output there (`majority`: at least 2 attempts
+                                  and vote_min_share of those that ran, no tie);
+                                  oracle: a confirmed generated test fails
 
-which is the immediate reward agentic GRPO gives a solve turn. With labels = "reference" a
+which is the immediate reward agentic GRPO gives a solve turn. With labels = "oracle" a
 problem with neither a sample test nor a confirmed generated test has nothing to tell a right
 attempt from a wrong one, so it gets no update (`VisibleProblem.scorable`). Majority voting is
 test-time RL without any checker (as in Zuo et al., "TTRL", 2025): the group's most common
@@ -90,18 +92,24 @@ def _spaced(text: str) -> str:
     return " ".join(text.split())
 
 
-def majority(outputs: list[list[str | None] | None]) -> list[str | None]:
+def majority(outputs: list[list[str | None] | None], min_share: float = 0.0) -> list[str | None]:
     """Per input, the output most attempts gave (whitespace-normalised), when at least 2 gave
-    it and no other output was as common; None where there is no such output. An entry of
-    `outputs` is one attempt's outputs, or None for an attempt with no program."""
+    it, at least `min_share` of the attempts that ran there, and no other output was as
+    common; None where there is no such output. An entry of `outputs` is one attempt's
+    outputs, or None for an attempt with no program."""
     ran = [o for o in outputs if o is not None]
     if not ran:
         return []
     labels: list[str | None] = []
     for k in range(len(ran[0])):
-        counts = Counter(_spaced(o[k]) for o in ran if o[k] is not None)
-        top = counts.most_common(2)
-        clear = top and top[0][1] >= 2 and (len(top) == 1 or top[1][1] < top[0][1])
+        given = [_spaced(o[k]) for o in ran if o[k] is not None]
+        top = Counter(given).most_common(2)
+        clear = (
+            top
+            and top[0][1] >= 2
+            and top[0][1] >= min_share * len(given)
+            and (len(top) == 1 or top[1][1] < top[0][1])
+        )
         labels.append(top[0][0] if clear else None)
     return labels
 
@@ -129,10 +137,12 @@ class AttemptScorer:
         adversarial_penalty: float,
         unparsable_reward: float,
         default_language: str,
-        labels: str = "reference",
+        labels: str = "vote",
+        vote_min_share: float = 0.0,
     ) -> None:
         self.fmt = fmt
-        self.labels = labels  # reference or vote
+        self.labels = labels  # vote or oracle
+        self.vote_min_share = vote_min_share
         self.verifier = verifier
         self.testgen = testgen  # scripted, api or off
         self.api = api
@@ -204,7 +214,7 @@ class AttemptScorer:
             error = error or next((o for o in outputs if isinstance(o, str)), "")
             if not error:
                 runs = [o if not isinstance(o, str) else None for o in outputs]
-                labels = majority(runs)
+                labels = majority(runs, self.vote_min_share)
                 broken = [
                     o is not None
                     and any(

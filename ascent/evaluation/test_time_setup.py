@@ -117,7 +117,7 @@ def check_eval_keys(cfg: LLMConfig, source: ProblemSource) -> None:
     if vote and not any(not code.is_function for _, code in source.problems):
         raise ConfigError(
             f"test-time RL: every problem of {source.label} calls a function, so there is no "
-            'output to vote on; use labels = "reference" with sample tests'
+            'output to vote on; use labels = "oracle" with sample tests (an upper bound)'
         )
     if not vote and not any(_scorable_source(code, cfg) for _, code in source.problems):
         fix = (

@@ -80,7 +80,7 @@ class LLMConfig(LLMSections):
         llm_rules.loss_settings(self)
         llm_rules.async_settings(self)
         self.assistant.check_role(self.models)
-        self._warnings = llm_rules.inert_settings(self)
+        self._warnings = llm_rules.inert_settings(self) + llm_rules.upper_bounds(self)
         return self
 
     @model_validator(mode="after")

@@ -287,6 +287,19 @@ def inert_settings(cfg: LLMSections) -> list[str]:
     return warnings + _inert_clips(cfg)
 
 
+def upper_bounds(cfg: LLMSections) -> list[str]:
+    """Warnings for settings that read what a contestant would not have: their figures are
+    upper bounds, not results."""
+    ttrl = cfg.eval.test_time_rl
+    if ttrl.enabled and ttrl.labels == "oracle":
+        return [
+            '[eval.test_time_rl] labels = "oracle" (formerly "reference") reads the reference '
+            'solution: an upper bound, not a contest result; the default, labels = "vote", '
+            "uses only what a contestant has"
+        ]
+    return []
+
+
 # [agentic] keys only agentic training reads: `ascent eval` plays episodes, it does not learn
 # from them (test-time RL scores attempts with adversarial_penalty / unparsable_reward only).
 _TRAINING_ONLY_AGENTIC = {

@@ -30,7 +30,9 @@ from tests.evaluation.conftest import CHAT, MODELS, PROJECT, prompt_of
 
 EXAMPLE = PROJECT / "examples" / "test_time_rl_tiny.toml"
 MARKER = "HIDDEN-7301"  # a hidden expected output no attempt or test can produce by chance
+ORACLE = 'eval.test_time_rl.labels="oracle"'  # most tests here exercise the checker's path
 FAST = (
+    ORACLE,
     "eval.limit=4",
     "eval.test_time_rl.steps=2",
     "eval.test_time_rl.group_size=8",
@@ -318,12 +320,13 @@ def test_a_prompt_over_the_models_context_is_refused(sandbox, tmp_path, run_cli)
         ("algorithm.kl_coef=0.01", "[algorithm] kl_coef: test-time RL does not use it"),
         ("eval.temperature=0.7", "[eval] temperature: with test-time RL the answers are greedy"),
         ("eval.max_problem_chars=40", "[eval] max_problem_chars: the arithmetic task writes"),
-        ("agentic.roles.testgen=off", "no attempt could be scored; set [agentic.roles] testgen"),
+        ((ORACLE, "agentic.roles.testgen=off"), "no attempt could be scored; set [agentic.roles]"),
         ("eval.only_bands=true", "no problem is rated inside [eval] rating_bands (200 without"),
     ],
 )
 def test_what_cannot_act_is_refused_in_one_line(run_cli, override, message):
-    code, _, err = run_cli("eval", str(EXAMPLE), "--set", override)
+    overrides = override if isinstance(override, tuple) else (override,)
+    code, _, err = run_cli("eval", str(EXAMPLE), *(a for o in overrides for a in ("--set", o)))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -343,7 +346,9 @@ def test_a_problem_file_without_samples_or_reference_is_refused(tmp_path, run_cl
     rows = [{"id": "p", "statement": "Print 1.", "hidden_tests": [{"input": "", "output": "1"}]}]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code, _, err = run_cli("eval", str(EXAMPLE), "--set", f'eval.problems="{path}"')
+    code, _, err = run_cli(
+        "eval", str(EXAMPLE), "--set", f'eval.problems="{path}"', "--set", ORACLE
+    )
     assert code == 2 and "has a sample test or a reference solution" in err, err
 
 
@@ -365,6 +370,25 @@ VOTE = ('eval.test_time_rl.labels="vote"', 'agentic.roles.testgen="off"')
 )
 def test_majority_is_the_output_most_attempts_agree_on(outputs, expected):
     assert majority(outputs) == expected
+
+
+def test_a_majority_below_vote_min_share_is_no_label():
+    runs = [["5"], ["5"], ["6"], ["7"], ["8"]]  # 2 of the 5 that ran agree
+    assert majority(runs) == ["5"]
+    assert majority(runs, 0.4) == ["5"] and majority(runs, 0.5) == [None]
+    # attempts without a program, or whose run failed, are not among those that ran
+    assert majority([["5"], ["5"], ["6"], None, None, [None]], 0.6) == ["5"]
+
+
+def test_the_default_is_what_a_contestant_has_and_the_oracle_is_warned_about():
+    plain = load_config(EXAMPLE)
+    assert plain.eval.test_time_rl.labels == "vote" and plain.warnings == []
+    for name in ("oracle", "reference"):  # "reference" is the oracle's old name
+        cfg = load_config(EXAMPLE, [f'eval.test_time_rl.labels="{name}"'])
+        assert cfg.eval.test_time_rl.labels == "oracle"
+        assert any("reads the reference solution: an upper bound" in w for w in cfg.warnings)
+    with pytest.raises(ConfigError, match='vote_min_share acts only with labels = "vote"'):
+        load_config(EXAMPLE, [ORACLE, "eval.test_time_rl.vote_min_share=0.7"])
 
 
 def test_a_vote_rewards_agreement_with_the_most_common_output(sandbox, tmp_path):
@@ -461,7 +485,7 @@ def test_what_eval_cannot_act_on_is_warned_about(override, warning):
 def test_a_penalty_acts_in_a_vote_without_a_test_generator():
     penalty = "agentic.adversarial_penalty=-0.3"
     assert eval_inert_settings(load_config(EXAMPLE, [*VOTE, penalty])) == []
-    off = load_config(EXAMPLE, ['agentic.roles.testgen="off"', penalty])  # reference labels
+    off = load_config(EXAMPLE, [ORACLE, 'agentic.roles.testgen="off"', penalty])
     assert any("adversarial_penalty does nothing" in w for w in eval_inert_settings(off))
 
 
@@ -478,4 +502,4 @@ def test_a_row_format_for_held_out_code_data_is_refused():
     with pytest.raises(ConfigError, match=r'\[eval\] format: with problems = "data:held_out"'):
         check_eval_keys(cfg, source)
     with pytest.raises(ConfigError, match="no problem of data:held_out"):
-        check_eval_keys(load_config(EXAMPLE), source)  # without the key: on to the next check
+        check_eval_keys(load_config(EXAMPLE, [ORACLE]), source)  # on to the next check
