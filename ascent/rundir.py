@@ -113,9 +113,10 @@ def _ckpt_dir(path: Path) -> Path:
 
 def read_best(ckpt_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((ckpt_dir / BEST_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        best = json.loads((ckpt_dir / BEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, not a directory, damaged: no best to offer
         return None
+    return best if isinstance(best, dict) and isinstance(best.get("step"), int) else None
 
 
 LOCK_FILE = ".lock"

@@ -3,9 +3,9 @@
 Nothing here reads files, config objects or globals; the trainer builds the typed inputs
 (`AdvantageBatch`, `PolicyLossInput`, ...) and looks the parts up by the names in the config:
 
-- `ADVANTAGES`: gae, length_adaptive_gae, grpo, dr_grpo,
-  turn_grpo, turn_dr_grpo (agentic episodes)              -> `fn(batch, params)`
-- `POLICY_LOSSES`: ppo_clip, gspo                         -> `fn(inp, params)`
+- `ADVANTAGES`: gae, length_adaptive_gae, grpo, dr_grpo, rloo, reinforce_pp,
+  reinforce_pp_baseline, turn_grpo, turn_dr_grpo (agentic episodes) -> `fn(batch, params)`
+- `POLICY_LOSSES`: ppo_clip, gspo, cispo, sapo            -> `fn(inp, params)`
 - `AGGREGATIONS`: token_mean, seq_mean_token_mean, seq_mean_token_sum,
   seq_mean_token_sum_norm                                 -> `fn(loss, mask, scale)`
 - `KL_ESTIMATORS`: k1, k2, k3                             -> `fn(logp, ref_logp)`

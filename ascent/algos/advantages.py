@@ -210,3 +210,89 @@ def dr_grpo(batch: AdvantageBatch, params: AdvantageParams) -> AdvantageResult:
     scores = _sequence_rewards(batch)
     mean, _ = _group_stats(scores, batch.group_ids, "dr_grpo")
     return AdvantageResult(_broadcast(scores - mean, batch.mask), _broadcast(scores, batch.mask))
+
+
+@ADVANTAGES.register("rloo", uses=frozenset(), needs_values=False, needs_groups=True)
+def rloo(batch: AdvantageBatch, params: AdvantageParams) -> AdvantageResult:
+    """REINFORCE leave-one-out: each completion's baseline is the mean of the others.
+
+    Ahmadian et al. 2024, "Back to Basics", https://arxiv.org/abs/2402.14740 (after Kool et
+    al. 2019): A_i = r_i - (sum_g - r_i) / (n - 1) = n / (n - 1) (r_i - mean_g), the same for
+    every token of completion i; no std division. Groups by id, as `grpo`.
+
+    Args:
+        batch: rewards, mask (B, T), group_ids (B,) required; every group >= 2 rows.
+        params: unused.
+    """
+    scores = _sequence_rewards(batch)
+    mean, _ = _group_stats(scores, batch.group_ids, "rloo")
+    _, inverse, counts = torch.unique(batch.group_ids, return_inverse=True, return_counts=True)
+    n = counts.to(scores.dtype)[inverse]
+    others = (mean * n - scores) / (n - 1.0)
+    return AdvantageResult(_broadcast(scores - others, batch.mask), _broadcast(scores, batch.mask))
+
+
+def _returns(batch: AdvantageBatch, rewards: Tensor, gamma: float) -> Tensor:
+    """Discounted reward-to-go over the masked steps of each row (no critic: GAE with V = 0
+    and lambda = 1), cut at episode ends."""
+    zero = torch.zeros_like(rewards)
+    ones = torch.ones(rewards.shape[0], dtype=zero.dtype, device=zero.device)
+    plain = AdvantageBatch(rewards, batch.mask, episode_ends=batch.episode_ends)
+    return _gae(plain, zero, gamma, ones)
+
+
+@ADVANTAGES.register(
+    "reinforce_pp",
+    uses=frozenset({"gamma"}),
+    needs_values=False,
+    needs_groups=False,
+    whitened=True,
+)
+def reinforce_pp(batch: AdvantageBatch, params: AdvantageParams) -> AdvantageResult:
+    """REINFORCE++: each token's discounted return, whitened over the whole batch.
+
+    Hu 2025, https://arxiv.org/abs/2501.03262: no critic and no per-prompt baseline; the
+    return G_t = sum_{k >= t} gamma^(k - t) r_k of the token rewards (the outcome reward on
+    the last token, a per-token KL penalty with kl_mode = "reward") is normalised over every
+    policy token of the batch, on all ranks (the trainer whitens: registered `whitened`).
+
+    Args:
+        batch: rewards, mask (B, T).
+        params: gamma.
+
+    Returns:
+        advantages: the returns, not yet whitened; returns: the same.
+    """
+    returns = _returns(batch, batch.rewards, params.gamma)
+    return AdvantageResult(returns, returns.clone())
+
+
+@ADVANTAGES.register(
+    "reinforce_pp_baseline",
+    uses=frozenset({"gamma"}),
+    needs_values=False,
+    needs_groups=True,
+    whitened=True,
+)
+def reinforce_pp_baseline(batch: AdvantageBatch, params: AdvantageParams) -> AdvantageResult:
+    """REINFORCE++-baseline: REINFORCE++ with the group's mean reward subtracted first.
+
+    Hu et al. 2025 (REINFORCE++, the baseline variant for reasoning with several completions
+    per prompt): the mean of the group's summed rewards is subtracted at each row's last
+    policy token, then the discounted returns are whitened over the batch as `reinforce_pp`.
+    Unlike `grpo`, no per-group std division: the batch-wide normalisation replaces it.
+
+    Args:
+        batch: rewards, mask (B, T), group_ids (B,) required; every group >= 2 rows.
+        params: gamma.
+    """
+    scores = _sequence_rewards(batch)
+    mean, _ = _group_stats(scores, batch.group_ids, "reinforce_pp_baseline")
+    mask = batch.mask.bool()
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last = (positions * mask.long()).argmax(-1)
+    rewards = batch.rewards.clone()
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    rewards[rows, last] = rewards[rows, last] - mean.to(rewards.dtype)
+    returns = _returns(batch, rewards, params.gamma)
+    return AdvantageResult(returns, returns.clone())

@@ -9,10 +9,13 @@ the G episodes of one problem, GRPO style, and mixed per turn:
     A_t = w_imm * (r_t - mean(pool(t))) / (std(pool(t)) + eps)
         + w_delay * (R_e - mean(group(e))) / (std(group(e)) + eps)
 
-The delayed term is the same for every policy turn of episode e; the immediate one belongs to
-the turn that earned it. Immediate rewards are pooled over all turns of the same kind (the same
-problem and role) in the group, as DeepSeekMath's process supervision normalises step rewards
-over all steps of the group (Shao et al. 2024, https://arxiv.org/abs/2402.03300, section 4.1.3);
+The delayed term is the same for every policy turn of episode e (or, with `[algorithm] gamma`
+and `lam` below 1, discounted by (gamma lam)^k for a turn k policy turns before the episode's
+last: the write-up's discounting across turns, so the turns nearest the outcome get most of
+its credit); the immediate one belongs to the turn that earned it. Immediate rewards are
+pooled over all turns of the same kind (the same problem and role) in the group, as
+DeepSeekMath's process supervision normalises step rewards over all steps of the group (Shao
+et al. 2024, https://arxiv.org/abs/2402.03300, section 4.1.3);
 unlike there, a turn is not credited with the rewards of later turns: those reach it through the
 delayed term. Mixing weights 0.3 / 0.7 are GrandCode's (arXiv 2604.02721). `scale_by_std=False`
 gives the Dr. GRPO variant (no std division, Liu et al. 2025, https://arxiv.org/abs/2503.20783).
@@ -86,6 +89,8 @@ def agentic_credit(
     delayed_weight: float,
     scale_by_std: bool = True,
     eps: float = 1e-6,
+    turns_after: Tensor | None = None,
+    discount: float = 1.0,
 ) -> AgenticCredit:
     """Mix group-normalised immediate and delayed rewards into one advantage per turn.
 
@@ -99,6 +104,9 @@ def agentic_credit(
             config's `[agentic]` keys hold them).
         scale_by_std: GRPO (True) or Dr. GRPO (False) normalisation.
         eps: added to the stds.
+        turns_after: (N,) how many of the episode's policy turns follow each turn.
+        discount: gamma x lambda per turn: the delayed term of a turn k turns before the
+            episode's last is discounted by discount^k (1: every turn gets the whole outcome).
 
     Returns:
         `AgenticCredit` of (N,) tensors; assign advantages[i] to every token of turn i.
@@ -108,6 +116,8 @@ def agentic_credit(
         episode_rewards, episode_groups, scale_by_std=scale_by_std, eps=eps
     )
     delayed = per_episode[turn_episodes]
+    if turns_after is not None and discount != 1.0:
+        delayed = delayed * discount ** turns_after.to(delayed.dtype)
     return AgenticCredit(immediate_weight * imm + delayed_weight * delayed, imm, delayed)
 
 
@@ -143,6 +153,8 @@ def _turn_credit(batch: AdvantageBatch, params: AdvantageParams, scale: bool) ->
         delayed_weight=params.delayed_weight,
         scale_by_std=scale,
         eps=params.std_eps,
+        turns_after=None if turns.turns_after is None else turns.turns_after.cpu(),
+        discount=params.gamma * params.lam,
     )
     advantages = turn_advantages_to_tokens(credit.advantages.to(device), turns.token_turn)
     advantages = advantages * batch.mask.to(advantages.dtype)
@@ -155,7 +167,7 @@ def _turn_credit(batch: AdvantageBatch, params: AdvantageParams, scale: bool) ->
     return AdvantageResult(advantages, torch.zeros_like(advantages), metrics)
 
 
-_TURN_USES = frozenset({"std_eps", "immediate_weight", "delayed_weight"})
+_TURN_USES = frozenset({"std_eps", "immediate_weight", "delayed_weight", "gamma", "lam"})
 
 
 @ADVANTAGES.register(

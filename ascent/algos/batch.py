@@ -31,12 +31,16 @@ class Turns:
     episodes: Tensor  # (N,) long: index of each turn's episode
     episode_rewards: Tensor  # (E,) float: each episode's delayed reward
     episode_groups: Tensor  # (E,) long: problem id of each episode (its group)
+    # (N,) long: how many of its episode's policy turns come after each turn (0: the last);
+    # None: every turn is as near the outcome as the last (no discount across turns)
+    turns_after: Tensor | None = None
 
     def __post_init__(self) -> None:
         n = self.rewards.shape
         for name in ("pools", "episodes"):
             _check_shape(name, getattr(self, name), n)
         _check_shape("episode_groups", self.episode_groups, self.episode_rewards.shape)
+        _check_shape("turns_after", self.turns_after, n)
 
     @classmethod
     def none(cls, shape: tuple[int, int], device: torch.device) -> Turns:
@@ -150,6 +154,8 @@ class PolicyLossParams:
     clip_high: float = 0.2  # ratio is clipped above at 1 + clip_high (clip-higher: 0.28)
     dual_clip: float | None = None  # c > 1: bound on the loss for A < 0 (Ye et al. 2020)
     is_cap: float | None = None  # cap on the behaviour importance weight (off-policy data)
+    sapo_tau_pos: float = 1.0  # SAPO's gate temperature for positive advantages
+    sapo_tau_neg: float = 1.05  # ... and for negative ones (decays faster)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.clip_low < 1.0:
@@ -160,6 +166,10 @@ class PolicyLossParams:
             raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
         if self.is_cap is not None and self.is_cap <= 0.0:
             raise ValueError(f"is_cap must be > 0, got {self.is_cap}")
+        if self.sapo_tau_pos <= 0.0 or self.sapo_tau_neg <= 0.0:
+            raise ValueError(
+                f"sapo temperatures must be > 0, got {self.sapo_tau_pos}, {self.sapo_tau_neg}"
+            )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ascent.registry import Registry
 PolicyLoss = Callable[[PolicyLossInput, PolicyLossParams], tuple[Tensor, dict[str, Tensor]]]
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
-_USES = frozenset({"clip_low", "clip_high", "dual_clip", "is_cap"})
+_USES = frozenset({"clip_low", "clip_high", "dual_clip", "is_cap"})  # [algorithm] keys
 
 
 def _clipped_surrogate(
@@ -166,3 +166,60 @@ def gspo(inp: PolicyLossInput, params: PolicyLossParams) -> tuple[Tensor, dict[s
     loss, clip_metrics = _clipped_surrogate(ratio, inp.advantages, inp.mask, params)
     loss, metrics = _finish(loss, weight, inp, ratio)
     return loss, {**metrics, **clip_metrics, **w_metrics}
+
+
+@POLICY_LOSSES.register("cispo", uses=frozenset({"clip_low", "clip_high", "is_cap"}))
+def cispo(inp: PolicyLossInput, params: PolicyLossParams) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped importance-sampling policy optimisation: clip the weight, keep every token.
+
+    MiniMax-M1 (MiniMax 2025, https://arxiv.org/abs/2506.13585): -sg(clip(r, 1 - clip_low,
+    1 + clip_high)) * A * log pi_theta. PPO's clip drops the gradient of a token whose ratio
+    left the range (often the rare "fork" tokens reasoning hinges on); here the weight is
+    clipped and detached, so every token keeps a REINFORCE gradient of bounded size. The
+    paper leaves the lower bound open (a large clip_low) and tunes clip_high. With one
+    optimiser step per batch r = 1: the plain policy gradient.
+
+    Args:
+        inp: logp, old_logp, advantages, mask (B, T); behaviour_logp (B, T) optional.
+        params: clip_low, clip_high, is_cap.
+    """
+    ratio = torch.exp(inp.logp - inp.old_logp)
+    r = ratio.detach()
+    weight_is = r.clamp(1.0 - params.clip_low, 1.0 + params.clip_high)
+    loss = -weight_is * inp.advantages * inp.logp
+    log_w = None if inp.behaviour_logp is None else inp.old_logp - inp.behaviour_logp
+    weight, w_metrics = _behaviour_weight(log_w, inp.mask, params)
+    loss, metrics = _finish(loss, weight, inp, ratio)
+    clipped = {
+        "clip_ratio/low": masked_mean((r < 1.0 - params.clip_low).float(), inp.mask),
+        "clip_ratio/high": masked_mean((r > 1.0 + params.clip_high).float(), inp.mask),
+    }
+    clipped["clip_ratio"] = clipped["clip_ratio/low"] + clipped["clip_ratio/high"]
+    return loss, {**metrics, **clipped, **w_metrics}
+
+
+@POLICY_LOSSES.register("sapo", uses=frozenset({"sapo_tau_pos", "sapo_tau_neg", "is_cap"}))
+def sapo(inp: PolicyLossInput, params: PolicyLossParams) -> tuple[Tensor, dict[str, Tensor]]:
+    """Soft adaptive policy optimisation: a smooth gate in place of the hard clip.
+
+    Gao et al. 2025, https://arxiv.org/abs/2511.20347: -f(r) * A with f(r) = (4 / tau)
+    sigmoid(tau (r - 1)), tau = sapo_tau_pos for A > 0 and sapo_tau_neg for A < 0. The
+    gradient weight f'(r) = 4 sigmoid(x)(1 - sigmoid(x)), x = tau (r - 1), is 1 at r = 1 (the
+    policy gradient) and decays smoothly as the ratio leaves 1, faster for negative
+    advantages (tau_neg > tau_pos), instead of dropping to 0 at a clip edge.
+
+    Args:
+        inp: logp, old_logp, advantages, mask (B, T); behaviour_logp (B, T) optional.
+        params: sapo_tau_pos, sapo_tau_neg, is_cap.
+    """
+    ratio = torch.exp(inp.logp - inp.old_logp)
+    tau = torch.where(inp.advantages > 0, params.sapo_tau_pos, params.sapo_tau_neg)
+    tau = tau.to(ratio.dtype)
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    loss = -gate * inp.advantages
+    log_w = None if inp.behaviour_logp is None else inp.old_logp - inp.behaviour_logp
+    weight, w_metrics = _behaviour_weight(log_w, inp.mask, params)
+    loss, metrics = _finish(loss, weight, inp, ratio)
+    x = (tau * (ratio.detach() - 1.0)).sigmoid()
+    metrics["sapo/gate_grad_mean"] = masked_mean(4.0 * x * (1.0 - x), inp.mask)
+    return loss, {**metrics, **w_metrics}

@@ -140,9 +140,11 @@ class AlgorithmSection(Section):
     """`[algorithm]`: the named parts that make a recipe (see docs/algorithms.md)."""
 
     advantage: str = Field(
-        "grpo", description="Advantage estimator: gae, grpo, dr_grpo, length_adaptive_gae."
+        "grpo",
+        description="Advantage estimator: gae, grpo, dr_grpo, length_adaptive_gae, rloo, "
+        "reinforce_pp, reinforce_pp_baseline.",
     )
-    policy_loss: str = Field("ppo_clip", description="Policy loss: ppo_clip, gspo.")
+    policy_loss: str = Field("ppo_clip", description="Policy loss: ppo_clip, gspo, cispo, sapo.")
     loss_agg: str = Field(
         "seq_mean_token_mean",
         description=(
@@ -172,6 +174,17 @@ class AlgorithmSection(Section):
     )
     dual_clip: float | None = Field(
         None, gt=1.0, description="Dual-clip bound c > 1 for negative advantages; unset: off."
+    )
+    sapo_tau_pos: float = Field(
+        1.0,
+        gt=0.0,
+        description="policy_loss = sapo: temperature of the soft gate for positive advantages.",
+    )
+    sapo_tau_neg: float = Field(
+        1.05,
+        gt=0.0,
+        description="policy_loss = sapo: temperature of the soft gate for negative advantages "
+        "(larger: off-policy tokens with A < 0 fade faster).",
     )
     is_cap: float | None = Field(
         None,
@@ -203,7 +216,7 @@ class AlgorithmSection(Section):
     normalize_advantages: bool = Field(
         False,
         description="Whiten advantages over the batch's policy tokens (mean 0, std 1), as verl "
-        "does for GAE.",
+        "does for GAE; reinforce_pp and reinforce_pp_baseline always do.",
     )
     nll_coef: float = Field(
         0.0,

@@ -198,7 +198,15 @@ _BATCH_NOTE = (
     "GPUs you train on); micro_batch_size = per_device_train_batch_size"
 )
 _VLLM_MODES = {"colocate": "colocate", "server": "server"}
-_ADVANTAGES = {"grpo": "grpo", "gae": "gae", "dr_grpo": "dr_grpo", "drgrpo": "dr_grpo"}
+_ADVANTAGES = {
+    "grpo": "grpo",
+    "gae": "gae",
+    "dr_grpo": "dr_grpo",
+    "drgrpo": "dr_grpo",
+    "rloo": "rloo",
+    "reinforce_plus_plus": "reinforce_pp",  # verl's adv_estimator names
+    "reinforce_plus_plus_baseline": "reinforce_pp_baseline",
+}
 
 
 _BOTH = "llm classic"

@@ -7,8 +7,10 @@ used, so `ascent train` works out of the box.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import stat
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -33,6 +35,25 @@ BUILTIN_RECIPE = "default.toml"
 YAML_SUFFIXES = (".yaml", ".yml")  # configs ascent refuses to load: migrate them
 M = TypeVar("M", bound=BaseModel)
 BUILTIN_SOURCE = "<built-in default>"
+
+
+def _not_a_file(p: Path) -> str:
+    """Why `p` is no config file, in the words a user can act on."""
+    try:
+        mode = p.stat().st_mode
+    except ValueError:  # a NUL byte in the name
+        return "not a usable path (it holds a NUL byte)"
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop, not a config file"
+        return "config file not found" if err.errno == errno.ENOENT else err.strerror
+    if stat.S_ISDIR(mode):
+        return "config file not found (it is a directory)"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not a config file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a config file"
+    return "not a regular file, not a config file"
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> AnyConfig:
@@ -137,8 +158,7 @@ def _read(path: str | Path | None) -> tuple[str, dict[str, Any]]:
             )
         try:
             if not p.is_file():
-                hint = " (it is a directory)" if p.is_dir() else ""
-                raise ConfigError(f"{source}: config file not found{hint}; check the path")
+                raise ConfigError(f"{source}: {_not_a_file(p)}; check the path")
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             line = err.object.count(b"\n", 0, err.start) + 1

@@ -302,6 +302,9 @@ def _fit_llm(m: _Migrator, values: dict[str, Assignment]) -> None:
 
     adv = value("algorithm.advantage")
     meta = ADVANTAGES.meta(adv) if isinstance(adv, str) and adv in ADVANTAGES else None
+    agentic = any(t.startswith("agentic.") and a.rank != KEPT for t, a in values.items())
+    if meta is not None and (agentic or value("agentic.enabled")) and f"turn_{adv}" in ADVANTAGES:
+        meta = ADVANTAGES.meta(f"turn_{adv}")  # episodes are credited per turn
     if meta is not None:
         for param in ("gamma", "lam", "lam_critic", "length_alpha", "std_eps"):
             if f"algorithm.{param}" in values and param not in meta.get("uses", ()):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -111,12 +112,48 @@ def _test_json(test: StdioTest) -> dict[str, str]:
 # -- reading ---------------------------------------------------------------------------------
 
 
+# The longest JSONL line read (characters): a row this size is already far past any model's
+# context; a longer one (or a file with no line breaks at all) is refused, not read into memory.
+MAX_LINE_CHARS = 64 * 2**20
+
+
+def check_data_file(path: Path) -> None:
+    """Refuse (one line) what cannot be read as a data file without hanging or filling memory:
+    a FIFO (no writer: the read would wait forever), a device (/dev/zero never ends,
+    /dev/null is empty), a socket, a symlink loop."""
+    try:
+        mode = path.stat().st_mode
+    except ValueError:  # a NUL byte in the name
+        raise AscentError(f"{path!r}: not a usable path (a NUL byte); check it") from None
+    except OSError as err:  # a symlink loop, a name too long, no permission
+        raise AscentError(f"{path}: cannot use this path ({err.strerror}); check it") from None
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
+        )
+        raise AscentError(f"{path}: {kind}, not a data file; point at a .jsonl or .parquet file")
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) for every non-blank line of a .jsonl or .jsonl.gz file."""
+    """(line number, row) for every non-blank line of a .jsonl or .jsonl.gz file, each line
+    read with a bound (MAX_LINE_CHARS)."""
+    check_data_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
+            for number, line in enumerate(iter(lambda: fh.readline(MAX_LINE_CHARS + 1), ""), 1):
+                if len(line) > MAX_LINE_CHARS:
+                    raise AscentError(
+                        f"{path}:{number}: a line of more than {MAX_LINE_CHARS:,} characters "
+                        "(no line break, or one huge row); one JSON object per line, each "
+                        "shorter than that"
+                    )
                 if not line.strip():
                     continue
                 try:

@@ -22,7 +22,7 @@ from typing import Any
 from ascent.config.data import ColumnsSection
 from ascent.config.grade import DIFFICULTIES
 from ascent.data.bundled import resolve_data_path
-from ascent.data.code_problems import read_jsonl
+from ascent.data.code_problems import check_data_file, read_jsonl
 from ascent.data.problems import Problem
 from ascent.errors import AscentError
 
@@ -44,6 +44,7 @@ def detect_format(path: Path, fmt: str) -> str:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    check_data_file(path)
     try:
         import pyarrow.parquet as pq
     except ImportError:

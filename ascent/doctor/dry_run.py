@@ -107,6 +107,7 @@ def _llm_checks(cfg: LLMConfig, nproc: int) -> list[Check]:
     except AscentError as err:
         checks.append(Check("ranks", "fail", str(err)))
     if tokenizer is not None and task is not None:
+        checks.append(_prompts_check(cfg, tokenizer, task))
         checks.append(_memory_check(cfg, nproc, tokenizer, task))
     return checks
 
@@ -130,6 +131,16 @@ def _columns_check(cfg: LLMConfig, task) -> Check:
                      f"data has none ({counts}; columns with values: {have or 'none'}); add it "
                      "or choose [reward] functions that fit the data")  # fmt: skip
     return Check("data", "ok", counts)
+
+
+def _prompts_check(cfg: LLMConfig, tokenizer, task) -> Check:
+    from ascent.train.llm_preflight import check_prompts
+
+    try:
+        check_prompts(cfg, tokenizer, task, uses_chat_template(cfg.data.chat_template, tokenizer))
+    except AscentError as err:
+        return Check("prompts", "fail", str(err))
+    return Check("prompts", "ok", "every prompt fits the context beside max_new_tokens")
 
 
 def _memory_check(cfg: LLMConfig, nproc: int, tokenizer, task) -> Check:

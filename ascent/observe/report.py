@@ -38,12 +38,21 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise AscentError(f"{run_dir}: no metrics.jsonl here; is this a run directory?")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise AscentError(
+            f"{path}: not text (byte {err.start} is not UTF-8); ascent writes one JSON object per "
+            "line, so this file is damaged or not ascent's: move it away and report again"
+        ) from None
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError, ValueError):
             continue  # a line cut short by a kill
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
@@ -75,9 +84,25 @@ def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A run directory's metrics and its summary ({} while the run has not ended)."""
     if not run_dir.is_dir():
         raise AscentError(f"{run_dir}: no such run directory; check the path")
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    return read_metrics(run_dir), summary
+    return read_metrics(run_dir), read_summary(run_dir)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """The run's summary.json ({} while the run has not ended); a damaged one is one line."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as err:
+        why = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise AscentError(
+            f"{path}: not a JSON summary ({why}); ascent writes it whole at the end of a run, so "
+            "it is damaged or not ascent's: move it away to report on the metrics alone"
+        ) from None
+    if not isinstance(summary, dict):
+        raise AscentError(f"{path}: not a JSON object; move it away to report on the metrics")
+    return summary
 
 
 def build_report(run_dir: Path) -> tuple[list[list[str]], dict[str, Any], list[Finding]]:

@@ -24,6 +24,10 @@ def _divisors_near(n: int, around: int) -> list[int]:
     return sorted(sorted(divs, key=lambda d: (abs(d - around), d))[:2])
 
 
+# [algorithm] keys a policy loss reads (POLICY_LOSSES meta "uses"); is_cap has its own rule.
+LOSS_KEYS = ("clip_low", "clip_high", "dual_clip", "sapo_tau_pos", "sapo_tau_neg")
+
+
 def _multiples_near(step: int, around: int) -> list[int]:
     lower = max(step, around // step * step)
     return sorted({lower, lower + step})
@@ -127,6 +131,8 @@ def estimator_settings(cfg: LLMSections) -> None:
 
     alg = cfg.algorithm
     meta = ADVANTAGES.meta(alg.advantage)
+    if cfg.agentic.enabled and f"turn_{alg.advantage}" in ADVANTAGES:
+        meta = ADVANTAGES.meta(f"turn_{alg.advantage}")  # credited per turn (gamma, lam too)
     if meta.get("needs_groups") and cfg.rollout.group_size < 2:
         raise ValueError(
             f"[rollout] group_size: advantage '{alg.advantage}' normalises within a group of "
@@ -139,6 +145,16 @@ def estimator_settings(cfg: LLMSections) -> None:
                 f"[algorithm] {param}: advantage '{alg.advantage}' does not use it "
                 f"(it reads: {', '.join(sorted(used)) or 'nothing'}); remove the key "
                 "or choose an estimator that does"
+            )
+    from ascent.algos import POLICY_LOSSES
+
+    reads = POLICY_LOSSES.meta(alg.policy_loss).get("uses", frozenset())
+    for key in LOSS_KEYS:
+        if alg.explicitly_set(key) and key not in reads:
+            raise ValueError(
+                f"[algorithm] {key}: policy_loss '{alg.policy_loss}' does not use it (it reads: "
+                f"{', '.join(sorted(k for k in reads if k != 'is_cap'))}); remove the key or "
+                "choose a loss that does"
             )
     # Off-policy rows exist only with positive replay (replayed completions come from older
     # policies); everything else the trainer samples with the weights it updates.
@@ -288,16 +304,22 @@ def inert_settings(cfg: LLMSections) -> list[str]:
 
 
 def upper_bounds(cfg: LLMSections) -> list[str]:
-    """Warnings for settings that read what a contestant would not have: their figures are
-    upper bounds, not results."""
+    """Warnings for settings a user must not miss: what reads what a contestant would not
+    have (its figures are upper bounds, not results), and what runs code unisolated."""
+    warnings = []
+    if cfg.sandbox.unsafe_local:
+        warnings.append(
+            "[sandbox] unsafe_local = true: model-written programs run WITHOUT isolation (time, "
+            "memory and output limits only), with this user's rights; for trusted code only"
+        )
     ttrl = cfg.eval.test_time_rl
     if ttrl.enabled and ttrl.labels == "oracle":
-        return [
+        warnings.append(
             '[eval.test_time_rl] labels = "oracle" (formerly "reference") reads the reference '
             'solution: an upper bound, not a contest result; the default, labels = "vote", '
             "uses only what a contestant has"
-        ]
-    return []
+        )
+    return warnings
 
 
 # [agentic] keys only agentic training reads: `ascent eval` plays episodes, it does not learn
@@ -355,7 +377,7 @@ def _inert_clips(cfg: LLMSections) -> list[str]:
     alg, t = cfg.algorithm, cfg.train
     if ratio_can_move(cfg):
         return []
-    clips = [k for k in ("clip_low", "clip_high", "dual_clip") if alg.explicitly_set(k)]
+    clips = [k for k in LOSS_KEYS if alg.explicitly_set(k)]
     if not clips:
         return []
     mini = max(1, t.batch_size // 4)

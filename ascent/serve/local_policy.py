@@ -34,6 +34,12 @@ def find_model_dir(target: str | Path) -> Path:
             f"{target}: no such file or directory; pass a model directory (with config.json), "
             "a run directory (runs/NAME) or a built-in name such as ascent:tiny"
         )
+    if not path.is_dir():
+        kind = "a file" if path.is_file() else "not a regular file or directory"
+        raise AscentError(
+            f"{target}: {kind}; pass the directory that holds the model (a save_pretrained "
+            "directory with config.json, a checkpoint step-N/ or a run directory)"
+        )
     if (path / "config.json").is_file():
         return path
     if (path / "model" / "config.json").is_file():

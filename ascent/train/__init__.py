@@ -6,6 +6,7 @@ ranks of `ascent train --nproc N` / torchrun (`Dist.from_env`).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from ascent.configfile import AnyConfig
@@ -66,6 +67,7 @@ def run_training(
 
         preflight(cfg, dist)
     run_dir = create_run_dir(cfg, dist, resume=resume, overwrite=overwrite)  # locked
+    failed = True
     try:
         setup_runtime(cfg.run, dist.world_size)
         if isinstance(cfg, ClassicConfig):
@@ -78,9 +80,23 @@ def run_training(
             train_llm(cfg, run_dir, dist)
         else:  # pragma: no cover - the loader only builds the two kinds above
             raise TypeError(f"unknown config type {type(cfg).__name__}")
+        failed = False
     finally:
         release(run_dir.path)
+        if failed and resume is None and dist.main and not_started(run_dir.path):
+            # a run that failed while setting up leaves nothing behind, so the corrected
+            # command is not refused as "already exists"
+            shutil.rmtree(run_dir.path, ignore_errors=True)
     return run_dir.summary_path
+
+
+# What a run writes once it has taken a step (or finished a stage): its directory is kept.
+STARTED = ("metrics.jsonl", "checkpoints", "summary.json", "final-model", "stages")
+
+
+def not_started(path: Path) -> bool:
+    """True when the run directory holds nothing a step wrote: a failure in setting up."""
+    return path.is_dir() and not any((path / name).exists() for name in STARTED)
 
 
 __all__ = ["Dist", "RunDir", "check_world_size", "create_run_dir", "run_training", "train_rank"]

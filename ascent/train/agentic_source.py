@@ -236,6 +236,9 @@ def turns_of(rows: AgenticRows) -> Turns:
     episodes = rows.episodes
     pools: dict[tuple[int, str], int] = {}
     refs = [(r.episode, episodes[r.episode].turns[r.turn]) for r in rows.turns]
+    after = [
+        sum(1 for q in rows.turns if q.episode == r.episode and q.turn > r.turn) for r in rows.turns
+    ]
     return Turns(
         token_turn=rows.token_turn,
         rewards=torch.tensor([turn.reward for _, turn in refs], dtype=torch.float32),
@@ -248,6 +251,7 @@ def turns_of(rows: AgenticRows) -> Turns:
             [float(ep.delayed or 0.0) for ep in episodes], dtype=torch.float32
         ),
         episode_groups=torch.tensor([ep.uid for ep in episodes], dtype=torch.long),
+        turns_after=torch.tensor(after, dtype=torch.long),
     )
 
 

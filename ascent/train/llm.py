@@ -65,7 +65,8 @@ PROGRESS_FIELDS = {
 
 @contextmanager
 def stop_requests() -> Iterator[dict[str, bool]]:
-    """The first Ctrl-C asks the loop to stop after the current step; the second aborts."""
+    """The first Ctrl-C (or SIGTERM: `kill`, a scheduler's preemption) asks the loop to stop
+    after the current step and save; the second aborts."""
     flag = {"stop": False}
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -76,11 +77,12 @@ def stop_requests() -> Iterator[dict[str, bool]]:
             raise KeyboardInterrupt
         flag["stop"] = True
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

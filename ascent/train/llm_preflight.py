@@ -17,7 +17,7 @@ import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ascent.data import Problem, PromptFormatter, TaskData, load_task, uses_chat_template
-from ascent.errors import AscentError
+from ascent.errors import AscentError, one_line
 from ascent.models import load_tokenizer, resolve_dtype, resolve_model_path
 from ascent.models.lean import LEAN_MODEL_TYPES
 from ascent.models.loading import cpu_bf16_native
@@ -49,7 +49,9 @@ def preflight(cfg: LLMConfig, dist: Dist) -> None:
     for stage in [c for _, c in cfg.stage_configs()] if cfg.stages else [cfg]:
         tokenizer = load_tokenizer(stage.model)
         chat = uses_chat_template(stage.data.chat_template, tokenizer)
-        check_memory(stage, dist, tokenizer, load_task(stage.data, stage.run.seed), chat)
+        task = load_task(stage.data, stage.run.seed)
+        check_prompts(stage, tokenizer, task, chat)
+        check_memory(stage, dist, tokenizer, task, chat)
 
 
 def longest_prompt(task: TaskData, formatter: PromptFormatter) -> int:
@@ -128,6 +130,63 @@ def check_memory(
     if available is not None and need > available:
         raise AscentError(refusal(cfg, estimate, need, available, dist.device, sharing))
     return estimate
+
+
+def check_prompts(
+    cfg: LLMConfig, tokenizer: PreTrainedTokenizerBase, task: TaskData, chat: bool
+) -> None:
+    """`check_prompt_lengths` against the policy's context (when its config.json is on disk;
+    agentic runs build their prompts turn by turn and are checked as they play)."""
+    config = None if cfg.agentic.enabled else _model_config(cfg)
+    if config is not None:
+        formatter = PromptFormatter(cfg.data.prompt_template, tokenizer, chat)
+        check_prompt_lengths(cfg, config, tokenizer, formatter, task)
+
+
+def check_prompt_lengths(
+    cfg: LLMConfig,
+    config: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    formatter: PromptFormatter,
+    task: TaskData,
+) -> None:
+    """Refuse (one line, with a count) data whose prompts cannot fit the model's context
+    beside max_new_tokens: such a prompt would otherwise be found mid-run, by a KV cache or
+    an attention matrix sized for it (a 5 MB line asked for 53 GB). Only prompts long enough
+    to be in doubt are tokenized; one longer than the context times the longest token in the
+    vocabulary cannot fit whatever it holds and is not tokenized at all (a tokenizer can abort
+    on a 50 MB string)."""
+    context = getattr(config, "max_position_embeddings", None)
+    if not isinstance(context, int) or context <= 0:
+        return
+    limit = context - cfg.rollout.max_new_tokens
+    if limit <= 0:
+        raise AscentError(
+            f"[rollout] max_new_tokens: {cfg.rollout.max_new_tokens:,} leaves no room for a "
+            f"prompt in the model's context ({context:,} tokens); set it below that"
+        )
+    widest = max((len(token) for token in tokenizer.get_vocab()), default=1) + 1
+    problems = [*task.train, *task.eval]
+    over: list[tuple[int, Problem]] = []  # (tokens, or a lower bound), problem
+    for problem in problems:
+        size = len(problem.prompt.encode("utf-8", "replace"))
+        if size <= limit // 2:
+            continue  # fits, template and all
+        if size > limit * widest:
+            over.append((size // widest, problem))
+            continue
+        tokens = len(formatter.encode([problem])[0])
+        if tokens > limit:
+            over.append((tokens, problem))
+    if over:
+        tokens, worst = max(over, key=lambda item: item[0])
+        raise AscentError(
+            f"[data] {len(over):,} of {len(problems):,} prompts are longer than the model's "
+            f"context allows: {context:,} tokens less [rollout] max_new_tokens "
+            f"({cfg.rollout.max_new_tokens:,}) leaves {limit:,}, and the longest ('"
+            f"{one_line(worst.key)[:40]}') has {tokens:,} or more; shorten or drop them, or "
+            "use a model with a longer context"
+        )
 
 
 def refusal(

@@ -54,7 +54,7 @@ from ascent.train.controller import Controller, Schedule
 from ascent.train.credit import CreditSettings, Learners, updates_per_step
 from ascent.train.critic import Critic, CriticWorker
 from ascent.train.distributed import Dist
-from ascent.train.llm_preflight import check_memory
+from ascent.train.llm_preflight import check_memory, check_prompts
 from ascent.train.llm_replay import PositiveReplay
 from ascent.train.llm_rollout import Rollouts
 from ascent.train.llm_sampling import BatchSource, FreshBatches, Prefetcher
@@ -275,6 +275,7 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> Controller:
     tokenizer = load_tokenizer(cfg.model)
     chat = uses_chat_template(cfg.data.chat_template, tokenizer)  # refused before weights load
     task = load_task(cfg.data, cfg.run.seed)
+    check_prompts(cfg, tokenizer, task, chat)  # prompts that cannot fit the context: ditto
     check_memory(cfg, dist, tokenizer, task, chat)  # a run that cannot fit: ditto
     parts = algorithm_parts(cfg)
     actor = _actor(cfg, parts, dist)

@@ -79,7 +79,9 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
     is_cap = alg.is_cap
     if cfg.agentic.enabled and cfg.agentic.off_policy_correction:
         is_cap = cfg.agentic.correction_clip  # stale episodes: min(pi_old / pi_behaviour, cap)
-    loss_params = PolicyLossParams(alg.clip_low, alg.clip_high, alg.dual_clip, is_cap)
+    loss_params = PolicyLossParams(
+        alg.clip_low, alg.clip_high, alg.dual_clip, is_cap, alg.sapo_tau_pos, alg.sapo_tau_neg
+    )
     # agentic episodes: the same estimator, credited per turn (ascent.algos.agentic)
     advantage = f"turn_{alg.advantage}" if cfg.agentic.enabled else alg.advantage
     off_policy = ""
@@ -115,7 +117,9 @@ def algorithm_parts(cfg: LLMConfig) -> AlgorithmParts:
         temperature=cfg.rollout.temperature,
         needs_groups=bool(ADVANTAGES.meta(advantage).get("needs_groups")),
         needs_values=needs_values,
-        normalize_advantages=alg.normalize_advantages,
+        # REINFORCE++ is defined with its batch-wide normalisation (registered `whitened`)
+        normalize_advantages=alg.normalize_advantages
+        or bool(ADVANTAGES.meta(advantage).get("whitened")),
         nll_coef=alg.nll_coef,
         off_policy=off_policy,
         skip_zero_advantage=not extra_terms

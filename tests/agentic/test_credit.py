@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -129,3 +130,44 @@ def test_turn_estimators_refuse_a_batch_without_turns_and_credit_a_blank_row_not
         torch.zeros(1, 1), torch.zeros(1, 1), turns=Turns.none((1, 1), torch.device("cpu"))
     )
     assert ADVANTAGES.get("turn_grpo")(blank, AdvantageParams()).advantages.tolist() == [[0.0]]
+
+
+def test_gamma_and_lam_discount_the_outcome_for_turns_further_from_it():
+    # Episode A's two solve turns (the first one turn before the last) and episode B's one.
+    batch = two_episode_batch()
+    turns = replace(batch.turns, turns_after=torch.tensor([1, 0, 0]))
+    discounted = replace(batch, turns=turns)
+    params = AdvantageParams(std_eps=0.0, immediate_weight=0.0, delayed_weight=1.0)
+    flat = ADVANTAGES.get("turn_grpo")(discounted, params).advantages
+    gl = 0.9 * 0.8
+    params = AdvantageParams(std_eps=0.0, gamma=0.9, lam=0.8, immediate_weight=0.0,
+                             delayed_weight=1.0)  # fmt: skip
+    adv = ADVANTAGES.get("turn_grpo")(discounted, params).advantages
+    delay = normalised([1.0, 0.0])
+    expected = torch.tensor([[gl * delay[0], 0.0, delay[0]], [delay[1], delay[1], 0.0]])
+    assert torch.allclose(adv, expected, atol=1e-6)
+    assert torch.allclose(flat[0, 0], flat[0, 2])  # gamma = lam = 1: no discount
+
+
+def test_turns_of_counts_the_policy_turns_after_each_turn_of_its_episode():
+    from ascent.data import Problem
+    from ascent.rollout.agentic.rows import build_rows
+    from ascent.rollout.agentic.transcript import Episode, PolicyThread, Turn
+    from ascent.train.agentic_source import turns_of
+
+    def episode(uid: int, solves: int) -> Episode:
+        ep = Episode(Problem(key=str(uid), prompt="p", answer="1"), None, uid)  # type: ignore[arg-type]
+        thread = PolicyThread("solver", [1, 2])
+        for k in range(solves):
+            ep.turns.append(Turn("solver", "policy", k, "", reward=0.1 * k, version=0))
+            if k:
+                thread.observe([3])  # the verdict between attempts
+            thread.act([4, 5], [-0.1, -0.2], k, True)
+        ep.threads.append(thread)
+        ep.delayed = 1.0
+        return ep
+
+    turns = turns_of(build_rows([episode(0, 3), episode(1, 1)], 0, torch.device("cpu")))
+    assert turns.episodes.tolist() == [0, 0, 0, 1]
+    assert turns.turns_after.tolist() == [2, 1, 0, 0]
+    assert turns.token_turn.tolist()[0] == [0, 0, -1, 1, 1, -1, 2, 2]

@@ -224,7 +224,7 @@ def test_dr_grpo_advantage_is_centred_but_not_scaled():
     torch.testing.assert_close(result.advantages, expected)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"])
 def test_group_of_one_is_refused(name):
     batch = AdvantageBatch(
         t([[1], [0], [1]]), t([[1], [1], [1]]), group_ids=torch.tensor([3, 3, 8])
@@ -233,7 +233,7 @@ def test_group_of_one_is_refused(name):
         run(name, batch)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"])
 def test_group_estimators_need_group_ids(name):
     with pytest.raises(ValueError, match="needs group_ids"):
         run(name, AdvantageBatch(t([[1], [0]]), t([[1], [1]])))
@@ -288,3 +288,46 @@ def test_every_estimator_shares_one_signature_and_declares_its_parameters():
         result = ADVANTAGES.get(name)(batch, AdvantageParams())
         assert result.advantages.shape == result.returns.shape == (2, 2)
     assert ADVANTAGES.meta("gae")["needs_values"] and not ADVANTAGES.meta("grpo")["needs_values"]
+
+
+def test_rloo_baseline_is_the_mean_of_the_other_completions():
+    # group 7: rewards 1, 0, 0, 1; group 3: 2, 5. Row 0 has two response tokens.
+    rewards = t([[0, 1], [0, 0], [0, 0], [0, 1], [0, 2], [0, 5]])
+    mask = t([[1, 1], [0, 1], [0, 1], [0, 1], [0, 1], [0, 1]])
+    batch = AdvantageBatch(rewards, mask, group_ids=torch.tensor([7, 7, 7, 7, 3, 3]))
+    adv = run("rloo", batch).advantages
+    one, zero = 1 - (0 + 0 + 1) / 3, 0 - (1 + 0 + 1) / 3
+    expected = t([[one, one], [0, zero], [0, zero], [0, one], [0, 2 - 5], [0, 5 - 2]])
+    torch.testing.assert_close(adv, expected)
+
+
+def test_reinforce_pp_is_the_discounted_reward_to_go_over_policy_tokens():
+    # A KL penalty on every token, the outcome on the last one; token 1 of row 0 is an
+    # observation (mask 0): the return skips it, as GAE does.
+    rewards = t([[-0.1, 9.0, -0.1, 1.0 - 0.1], [-0.2, -0.2, 0.0, 0.0]])
+    mask = t([[1, 0, 1, 1], [1, 1, 0, 0]])
+    adv = run("reinforce_pp", AdvantageBatch(rewards, mask), gamma=0.5).advantages
+    r0 = [-0.1 + 0.5 * (-0.1 + 0.5 * 0.9), 0.0, -0.1 + 0.5 * 0.9, 0.9]
+    r1 = [-0.2 + 0.5 * -0.2, -0.2, 0.0, 0.0]
+    torch.testing.assert_close(adv, t([r0, r1]))
+
+
+def test_reinforce_pp_baseline_subtracts_the_group_mean_at_the_last_token():
+    rewards = t([[0, 1], [0, 0], [0, 0], [0, 0]])
+    mask = t([[1, 1], [1, 1], [0, 1], [0, 1]])
+    batch = AdvantageBatch(rewards, mask, group_ids=torch.tensor([1, 1, 2, 2]))
+    adv = run("reinforce_pp_baseline", batch).advantages  # gamma 1: the return is the sum
+    torch.testing.assert_close(adv, t([[0.5, 0.5], [-0.5, -0.5], [0, 0], [0, 0]]))
+
+
+def test_reinforce_pp_estimators_are_whitened_by_the_trainer():
+    from ascent.configfile import load_config
+    from ascent.train.parts import algorithm_parts
+
+    for name in ("reinforce_pp", "reinforce_pp_baseline"):
+        assert ADVANTAGES.meta(name)["whitened"]
+        parts = algorithm_parts(load_config(None, [f'algorithm.advantage="{name}"']))
+        assert parts.normalize_advantages
+    assert not algorithm_parts(
+        load_config(None, ['algorithm.advantage="rloo"'])
+    ).normalize_advantages

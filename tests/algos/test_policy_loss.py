@@ -155,3 +155,49 @@ def test_gspo_uses_sequence_level_behaviour_weights():
     inp = inputs([[1.0, 1.0]], [[1, 1]], behaviour_weights=[[2.0, 0.5]])
     loss, _ = POLICY_LOSSES.get("gspo")(inp, PolicyLossParams(is_cap=5.0))
     torch.testing.assert_close(loss, t([[-1.0, -1.0]]))
+
+
+def test_cispo_clips_the_weight_and_keeps_every_tokens_gradient():
+    # ratios 1.1 (inside), 1.5 (above 1.28), 0.5 (below 0.8); A = +1 then -1.
+    inp = inputs([[1.1, 1.5, 0.5], [1.1, 1.5, 0.5]], [[1, 1, 1], [-1, -1, -1]])
+    loss, metrics = POLICY_LOSSES.get("cispo")(inp, PolicyLossParams(0.2, 0.28))
+    weights = t([[1.1, 1.28, 0.8], [1.1, 1.28, 0.8]])
+    torch.testing.assert_close(loss, -weights * inp.advantages * inp.logp.detach())
+    loss.sum().backward()
+    # d/dlogp of -sg(w) A logp is -w A on every token, the clipped ones included (ppo_clip
+    # gives them 0)
+    torch.testing.assert_close(inp.logp.grad, -weights * inp.advantages)
+    assert float(metrics["clip_ratio"]) == pytest.approx(4 / 6)
+
+
+def test_sapo_gate_is_the_policy_gradient_at_ratio_one_and_fades_away_from_it():
+    ratios = [[1.0, 1.5, 3.0], [1.0, 1.5, 3.0]]
+    inp = inputs(ratios, [[2, 2, 2], [-2, -2, -2]])
+    params = PolicyLossParams(sapo_tau_pos=1.0, sapo_tau_neg=2.0)
+    loss, _ = POLICY_LOSSES.get("sapo")(inp, params)
+    loss.sum().backward()
+    for row, tau, a in ((0, 1.0, 2.0), (1, 2.0, -2.0)):
+        for col, r in enumerate(ratios[row]):
+            s = 1 / (1 + math.exp(-tau * (r - 1)))
+            assert float(loss[row, col].detach()) == pytest.approx(-(4 / tau) * s * a)
+            # d/dlogp = -A * 4 s (1 - s) * dr/dlogp, and dr/dlogp = r
+            assert float(inp.logp.grad[row, col]) == pytest.approx(-a * 4 * s * (1 - s) * r)
+    assert float(inp.logp.grad[0, 0]) == pytest.approx(-2.0)  # r = 1: the policy gradient
+    # the negative side fades faster (tau_neg > tau_pos), relative to its value at r = 1
+    fade_pos = float(inp.logp.grad[0, 2] / inp.logp.grad[0, 0])
+    fade_neg = float(inp.logp.grad[1, 2] / inp.logp.grad[1, 0])
+    assert fade_neg < fade_pos
+
+
+@pytest.mark.parametrize("name", ["cispo", "sapo"])
+def test_new_losses_vanish_at_zero_advantage_and_take_behaviour_weights(name):
+    from ascent.train.parts import vanishes_at_zero_advantage
+
+    assert vanishes_at_zero_advantage(POLICY_LOSSES.get(name), PolicyLossParams())
+    plain = inputs([[1.2, 0.9]], [[1.0, -1.0]])
+    weighted = inputs([[1.2, 0.9]], [[1.0, -1.0]], behaviour_weights=[[3.0, 0.5]])
+    params = PolicyLossParams(is_cap=2.0)
+    base, _ = POLICY_LOSSES.get(name)(plain, params.__class__())
+    loss, metrics = POLICY_LOSSES.get(name)(weighted, params)
+    torch.testing.assert_close(loss, base.detach() * t([[2.0, 0.5]]))
+    assert float(metrics["is_clip_frac"]) == pytest.approx(0.5)

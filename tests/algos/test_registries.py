@@ -14,10 +14,13 @@ def test_registries_hold_the_documented_names():
         "gae",
         "grpo",
         "length_adaptive_gae",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "rloo",
         "turn_dr_grpo",
         "turn_grpo",
     ]
-    assert POLICY_LOSSES.names() == ["gspo", "ppo_clip"]
+    assert POLICY_LOSSES.names() == ["cispo", "gspo", "ppo_clip", "sapo"]
     assert AGGREGATIONS.names() == [
         "seq_mean_token_mean",
         "seq_mean_token_sum",

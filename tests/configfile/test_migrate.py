@@ -82,8 +82,9 @@ def test_grandcode_agentic_grpo(tmp_path, run_cli):
     rows = comment_rows(text)
     assert any(r.startswith('#   [eval] platform = "codeforces": ') for r in rows)
     assert any(r.startswith('#   [eval] problem_set = "round_1087_div2": ') for r in rows)
-    assert '#   [grpo] gamma = 0.99: advantage "grpo" does not read gamma' in rows
-    assert '#   [grpo] lam = 0.95: advantage "grpo" does not read lam' in rows
+    # agentic credit discounts across turns with the write-up's gamma and lam (turn_grpo)
+    assert (cfg.algorithm.gamma, cfg.algorithm.lam) == (0.99, 0.95)
+    assert "gamma = 0.99  # from [grpo] gamma" in text and "lam = 0.95  # from [grpo] lam" in text
 
 
 def test_srpo_yaml(tmp_path, run_cli):

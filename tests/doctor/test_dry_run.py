@@ -88,14 +88,15 @@ def test_rewards_that_read_a_column_the_data_lacks_and_an_unset_key_are_each_one
 def test_ranks_memory_and_the_run_directory_are_checked(cwd, run_cli):
     (cwd / "runs" / "tiny-grpo").mkdir(parents=True)
     (cwd / "runs" / "tiny-grpo" / "notes.txt").write_text("mine")
+    huge = ("train.batch_size=1048576", "train.micro_batch_size=1048576")  # 1 Mi completions
     code, _, err = run_cli(
-        "train", "--dry-run", "--nproc", "3", "--set", "rollout.max_new_tokens=100000000"
+        "train", "--dry-run", "--nproc", "3", *(a for s in huge for a in ("--set", s))
     )
     assert code == 2
     lines = problems(err)
     assert [line.split(":")[1].strip() for line in lines] == ["ranks", "memory", "run directory"]
     assert "--nproc 3" in lines[0]
-    assert "needs about" in lines[1] and "[rollout] max_new_tokens" in lines[1]
+    assert "needs about" in lines[1] and "[train] micro_batch_size" in lines[1]
     assert "already exists" in lines[2] and "--overwrite" in lines[2]
     code, _, err = run_cli("train", "--dry-run", "--overwrite")
     assert code == 2 and "not a run directory" in err  # --overwrite deletes only runs

@@ -34,6 +34,18 @@ REPLAY = [GAE, "sampling.replay_ratio=0.25", "algorithm.is_cap=2.0"]
             ['algorithm.advantage="grpo"', "algorithm.lam_critic=1.0"],
             "lam_critic: advantage 'grpo' does not use it",
         ),
+        # a policy loss's own keys
+        (["algorithm.sapo_tau_neg=2.0"], "sapo_tau_neg: policy_loss 'ppo_clip' does not use it"),
+        (
+            ['algorithm.policy_loss="sapo"', "algorithm.clip_high=0.28"],
+            r"clip_high: policy_loss 'sapo' does not use it \(it reads: sapo_tau_neg, sapo_tau_pos",
+        ),
+        (
+            ['algorithm.policy_loss="cispo"', "algorithm.dual_clip=3.0"],
+            "dual_clip: policy_loss 'cispo' does not use it",
+        ),
+        (['algorithm.advantage="rloo"', "algorithm.gamma=0.9"], "gamma: advantage 'rloo' does not"),
+        (['algorithm.advantage="turn_grpo"'], 'set advantage = "grpo"'),
         # sampling
         (["sampling.max_rounds=2"], r"\[sampling\] max_rounds: only dynamic sampling uses it"),
         (
@@ -126,3 +138,10 @@ def test_the_recipes_that_declare_clip_higher_let_it_act():
     for name in ("dapo", "vapo"):
         cfg = load_config(examples / f"{name}.toml")
         assert cfg.algorithm.clip_high > cfg.algorithm.clip_low and cfg.warnings == []
+
+
+def test_a_sandbox_without_isolation_is_warned_about():
+    assert load_config(None).warnings == []
+    cfg = load_config(None, ["sandbox.unsafe_local=true"])
+    assert any("unsafe_local = true: model-written programs run WITHOUT isolation" in w
+               for w in cfg.warnings)  # fmt: skip

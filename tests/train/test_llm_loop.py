@@ -96,13 +96,14 @@ def test_a_finished_run_exports_its_policy_and_any_checkpoint_can_be_served(tmp_
     )
 
 
-def stop_at(step: int, monkeypatch) -> None:
-    """Press Ctrl-C during `step` (the loop finishes it, saves, and raises KeyboardInterrupt)."""
+def stop_at(step: int, monkeypatch, sig: int = signal.SIGINT) -> None:
+    """Press Ctrl-C (or send `sig`) during `step` (the loop finishes it, saves, and raises
+    KeyboardInterrupt)."""
     original = Controller.step
 
     def interrupted(run, current):
         if current == step:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sig)
         return original(run, current)
 
     monkeypatch.setattr(Controller, "step", interrupted)
@@ -251,6 +252,19 @@ def test_ctrl_c_finishes_the_step_saves_and_exits(tmp_path, monkeypatch):
     summary = json.loads(run_dir.summary_path.read_text())
     assert summary["interrupted"] and summary["steps"] == 2
     assert signal.getsignal(signal.SIGINT) == before  # the loop restores the caller's handler
+
+
+def test_sigterm_is_a_graceful_stop_too(tmp_path, monkeypatch):
+    """`kill` or a scheduler's preemption: the step finishes, a checkpoint is saved."""
+    cfg = config(tmp_path, "train.save_steps=0")
+    stop_at(2, monkeypatch, signal.SIGTERM)
+    run_dir = RunDir.create(cfg)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        train_llm(cfg, run_dir)
+    assert latest_checkpoint(run_dir.path).name == "step-000002"
+    assert json.loads(run_dir.summary_path.read_text())["interrupted"]
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_rows_no_reward_applies_to_are_left_out_not_trained_on_as_zero(tmp_path):

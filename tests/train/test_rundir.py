@@ -138,3 +138,26 @@ def test_a_running_run_can_be_neither_overwritten_nor_resumed_by_another_process
         holder.communicate(input="", timeout=60)
     assert RunDir.create(cfg, overwrite=True).path == tmp_path / "exp"  # free once it ended
     assert not (tmp_path / "exp" / "metrics.jsonl").exists()
+
+
+def test_a_run_that_fails_while_setting_up_leaves_no_directory_behind(
+    tmp_path, run_cli, monkeypatch
+):
+    """The corrected command must not be refused as "already exists"; a run that has logged a
+    step keeps its directory (nothing it wrote is lost)."""
+    from ascent.errors import AscentError
+    from ascent.train import llm
+
+    def broken(cfg, dist):
+        raise AscentError("the reward could not start (simulated)")
+
+    args = ["train", "--set", f'run.output_dir="{tmp_path}"', "--set", "train.total_steps=2",
+            "--set", "train.eval_steps=0", "--set", "data.eval_size=8"]  # fmt: skip
+    with monkeypatch.context() as patch:
+        patch.setattr(llm, "build_run", broken)
+        code, _, err = run_cli(*args)
+    assert code == 2 and "simulated" in err
+    assert not (tmp_path / "tiny-grpo").exists()
+    code, _, err = run_cli(*args)  # the corrected command runs
+    assert code == 0, err
+    assert (tmp_path / "tiny-grpo" / "summary.json").is_file()
