@@ -59,6 +59,15 @@ def run_cli(capsys):
     return run
 
 
+@pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    """An empty working directory, where `ascent train` would create runs/."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The shipped real model (ascent:smollm2-135m), converted once per machine into the user's

@@ -42,14 +42,6 @@ def test_a_line_longer_than_the_bound_is_refused_with_its_number(tmp_path, monke
         list(read_rows(path, "auto", "train"))
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    return work
-
-
 def test_prompts_longer_than_the_context_are_counted_and_refused_before_the_run(cwd, run_cli):
     """The tiny model's context is 256 tokens; with max_new_tokens 6, 250 are left. One 5 MB
     prompt (never tokenized: it cannot fit whatever it holds) and one of 600 digits (tokenized:

@@ -37,15 +37,6 @@ def refused(run_cli, cwd, *settings: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    """An empty working directory, where `ascent train` would create runs/."""
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    return work
-
-
 def mib(line: str, pattern: str) -> int:
     match = re.search(pattern, line)
     assert match, (pattern, line)
