@@ -12,6 +12,7 @@ reported together, one line per problem with its fix:
                   `answer` for math, `numbers` and `target` for countdown)
     keys          every API role's key variable is set (in the environment or the .env)
     ranks         the batch arithmetic holds on --nproc N ranks
+    prompts       every prompt fits the model's context beside max_new_tokens
     memory        the estimated peak memory (parameters, optimiser, activations, KV cache)
                   fits this machine
     extras, sandbox   what the config needs is installed; code runs isolated

@@ -219,6 +219,41 @@ def loss_oscillating(rows: Sequence[Row], window: int = 12, flips: float = 0.75)
     return None
 
 
+def _rolling(points: Sequence[tuple[int, float]], window: int) -> list[tuple[int, float]]:
+    """(step, mean of the `window` values ending there) for every full window."""
+    return [
+        (points[i][0], _mean([v for _, v in points[i - window + 1 : i + 1]]))
+        for i in range(window - 1, len(points))
+    ]
+
+
+def reward_spike_collapse(
+    rows: Sequence[Row], window: int = 10, gain: float = 0.1, kept: float = 0.3
+) -> Finding | None:
+    """The reward rose, then fell back: the smoothed reward climbed at least `gain` above
+    where it started, and the latest window keeps under `kept` of that climb. A spike then a
+    collapse is what an update too large for the policy looks like (the write-ups' lr and
+    KL advice); the best checkpoint, kept by validation reward, is from before it."""
+    reward = _series(rows, "reward")
+    smooth = _rolling(reward, window)
+    if len(smooth) < 3 * window:
+        return None
+    start = smooth[0][1]
+    peak_step, peak = max(smooth, key=lambda p: p[1])
+    last_step, last = smooth[-1]
+    climb = peak - start
+    if climb >= gain and last_step - peak_step >= window and last - start < kept * climb:
+        return Finding(
+            "reward_spike_collapse",
+            last_step,
+            f"the reward rose from {start:.3f} to {peak:.3f} (step {peak_step}) and fell back to "
+            f"{last:.3f}",
+            "lower optim.lr (halve it), raise algorithm.kl_coef to anchor the policy, and resume "
+            "from the best checkpoint (checkpoints/best.json: kept by validation reward)",
+        )
+    return None
+
+
 RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
     nan_loss,
     kl_high,
@@ -227,6 +262,7 @@ RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
     reward_at_floor,
     length_collapse,
     reward_hacking,
+    reward_spike_collapse,
     entropy_collapse,
     classic_entropy_low,
     loss_oscillating,

@@ -9,7 +9,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import torch
+
 from ascent.configfile import AnyConfig
+from ascent.errors import AscentError
 from ascent.rules import ClassicConfig, LLMConfig
 from ascent.rundir import RunDir, release
 from ascent.runtime import setup_runtime
@@ -77,7 +80,10 @@ def run_training(
         elif isinstance(cfg, LLMConfig):
             from ascent.train.llm import train_llm
 
-            train_llm(cfg, run_dir, dist)
+            try:
+                train_llm(cfg, run_dir, dist)
+            except (MemoryError, torch.OutOfMemoryError):
+                raise AscentError(out_of_memory(cfg, dist)) from None
         else:  # pragma: no cover - the loader only builds the two kinds above
             raise TypeError(f"unknown config type {type(cfg).__name__}")
         failed = False
@@ -88,6 +94,23 @@ def run_training(
             # command is not refused as "already exists"
             shutil.rmtree(run_dir.path, ignore_errors=True)
     return run_dir.summary_path
+
+
+def out_of_memory(cfg: LLMConfig, dist: Dist) -> str:
+    """The one line an out-of-memory error becomes: the settings that shrink the peak, with
+    their values, and where to see the estimate."""
+    t, r, m = cfg.train, cfg.rollout, cfg.model
+    fixes = [f"lower [train] micro_batch_size (now {t.micro_batch_size})"]
+    if t.max_tokens_per_micro_batch is None:
+        fixes.append("set [train] max_tokens_per_micro_batch")
+    fixes.append(f"shorten [rollout] max_new_tokens (now {r.max_new_tokens})")
+    if not m.gradient_checkpointing:
+        fixes.append("set [model] gradient_checkpointing = true")
+    return (
+        f"out of memory on {dist.device} while training: {', '.join(fixes)}; `ascent train "
+        "CONFIG --dry-run` prints the estimated peak, and --resume RUN_DIR continues from the "
+        "last checkpoint"
+    )
 
 
 # What a run writes once it has taken a step (or finished a stage): its directory is kept.

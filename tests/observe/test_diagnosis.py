@@ -125,3 +125,16 @@ def test_report_reads_a_run_directory(tmp_path, run_cli):
 def test_report_on_a_missing_directory_is_a_one_line_error(tmp_path, run_cli):
     code, _, err = run_cli("report", str(tmp_path / "nope"))
     assert code == 2 and "no such run directory" in err
+
+
+def test_a_reward_that_spikes_then_collapses_is_flagged_with_the_fix():
+    up = [0.1 + 0.6 * i / 20 for i in range(20)]  # 0.1 -> 0.7 over 20 steps
+    down = [0.7 - 0.6 * i / 10 for i in range(10)] + [0.12] * 20  # back to the start
+    history = rows(reward=up + down, kl=[0.01] * 50)
+    found = [f for f in diagnose(history) if f.code == "reward_spike_collapse"]
+    assert len(found) == 1
+    assert "fell back" in found[0].message and "lower optim.lr" in found[0].fix
+    # a rise that holds, or a dip that keeps most of the gain, is no collapse
+    assert "reward_spike_collapse" not in codes(rows(reward=up + [0.7] * 30, kl=[0.01] * 50))
+    kept = up + [0.7 - 0.2 * i / 10 for i in range(10)] + [0.5] * 20
+    assert "reward_spike_collapse" not in codes(rows(reward=kept, kl=[0.01] * 50))

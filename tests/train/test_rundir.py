@@ -161,3 +161,20 @@ def test_a_run_that_fails_while_setting_up_leaves_no_directory_behind(
     code, _, err = run_cli(*args)  # the corrected command runs
     assert code == 0, err
     assert (tmp_path / "tiny-grpo" / "summary.json").is_file()
+
+
+def test_out_of_memory_is_one_line_naming_the_settings_to_change(tmp_path, run_cli, monkeypatch):
+    import torch
+
+    from ascent.train.controller import Controller
+
+    def oom(self, step):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(Controller, "step", oom)
+    code, _, err = run_cli("train", "--set", f'run.output_dir="{tmp_path}"', "--set",
+                           "data.eval_size=8")  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "out of memory on cpu while training: lower [train] micro_batch_size (now 128)" in err
+    assert "[rollout] max_new_tokens (now 6)" in err and "gradient_checkpointing = true" in err
+    assert "--dry-run" in err
