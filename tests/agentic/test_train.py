@@ -64,6 +64,16 @@ def test_tiny_agentic_recipe_trains_through_the_shared_loop(tmp_path):
     assert dump[0]["reward"] == episode["delayed_reward"]  # the row's reward: its episode's
     assert all("reward" in turn for turn in episode["turns"])  # and each turn's immediate one
     assert not (run_dir.path / "api_usage.json").exists()  # no API role, nothing to report
+    # it trained: updates were taken and the exported policy is not the one it started from
+    assert all("update_skipped" not in r and r["grad_norm"] > 0 for r in rows)
+    from transformers import AutoModelForCausalLM
+
+    from ascent.models import load_policy
+
+    start = load_policy(load_config("examples/agentic_tiny.toml").model, torch.device("cpu"))
+    final = AutoModelForCausalLM.from_pretrained(run_dir.path / "final-model").state_dict()
+    before = start.state_dict()
+    assert any(not torch.equal(final[k], before[k]) for k in before if k in final)
 
 
 def test_an_interrupted_agentic_run_saves_and_resumes(tmp_path, monkeypatch):
