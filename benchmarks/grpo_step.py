@@ -64,7 +64,7 @@ def setup_process() -> None:
 
 
 def ascent_run(model: str, overrides: list[str]):
-    """An `LLMRun` of the embedded default recipe with `model` and `overrides`."""
+    """The `Controller` of the embedded default recipe with `model` and `overrides`."""
     from ascent.configfile import load_config
     from ascent.train.llm_setup import build_run
 
@@ -87,7 +87,7 @@ def ascent_steps(model: str, steps: int) -> list[float]:
     from ascent.rewards import CompositeReward
 
     run = ascent_run(model, STEP_OVERRIDES)
-    run.close()
+    run.rollouts.reward.close()  # replaced by the benchmark's reward
     run.rollouts.reward = CompositeReward({"digits": digit_fraction}, [1.0])
     times = []
     for step in range(1, steps + 1):

@@ -426,7 +426,7 @@ def ascent_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[s
         cfg = load_config(path, args.ascent_set)
     run = build_run(cfg, torch.device("cpu"))
     torch.set_num_threads(args.threads)
-    run.close()
+    run.rollouts.reward.close()  # replaced by the benchmark's reward
     run.rollouts.reward = CompositeReward({"digits": digit_fraction}, [1.0])
     steps, rollout, update, lengths = [], [], [], []
     for step in range(1, args.steps + 2):

@@ -236,9 +236,10 @@ def turns_of(rows: AgenticRows) -> Turns:
     episodes = rows.episodes
     pools: dict[tuple[int, str], int] = {}
     refs = [(r.episode, episodes[r.episode].turns[r.turn]) for r in rows.turns]
-    after = [
-        sum(1 for q in rows.turns if q.episode == r.episode and q.turn > r.turn) for r in rows.turns
-    ]
+    turns_of_episode: dict[int, list[int]] = {}
+    for r in rows.turns:
+        turns_of_episode.setdefault(r.episode, []).append(r.turn)
+    after = [sum(t > r.turn for t in turns_of_episode[r.episode]) for r in rows.turns]
     return Turns(
         token_turn=rows.token_turn,
         rewards=torch.tensor([turn.reward for _, turn in refs], dtype=torch.float32),
