@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+import pytest
 
 from tests.api.conftest import KEY, KEY_VAR, leaks
 from tests.api.scripted_server import Reply, models_body, ok
@@ -87,7 +90,14 @@ def test_smoke_with_no_roles_says_how_to_add_one(run_cli, tmp_path):
     assert 'no roles in [models]; name one, e.g. solver_model = "gpt-4o-mini"' in err
 
 
-def test_doctor_checks_keys_endpoints_and_models(run_cli, server, tmp_path):
+def free_disk(monkeypatch: pytest.MonkeyPatch, gib: float) -> None:
+    """The doctor's disk check sees `gib` free, whatever this machine's disk holds."""
+    usage = shutil.disk_usage("/")._replace(free=int(gib * 2**30))
+    monkeypatch.setattr("ascent.doctor.checks.shutil.disk_usage", lambda _path: usage)
+
+
+def test_doctor_checks_keys_endpoints_and_models(run_cli, server, tmp_path, monkeypatch):
+    free_disk(monkeypatch, 80.0)
     server.default("/v1/models", Reply(200, models_body("small", "big", "other")))
     code, out, err = run_cli("doctor", str(config(tmp_path, server.url)))
     assert code == 0, out + err
@@ -138,6 +148,21 @@ def test_doctor_measures_the_disk_of_the_configs_output_dir(run_cli, server, tmp
     path = config(tmp_path, server.url, f'[run]\noutput_dir = "{out_dir}"\n')
     _code, out, _err = run_cli("doctor", str(path))
     assert f"GiB free for checkpoints in {out_dir}/" in out
+
+
+@pytest.mark.parametrize(
+    ("gib", "status", "code"), [(0.5, "FAIL", 2), (3.0, "WARN", 0), (12.0, "ok", 0)]
+)
+def test_doctor_warns_below_5_gib_free_and_fails_below_1(
+    run_cli, server, tmp_path, monkeypatch, gib, status, code
+):
+    free_disk(monkeypatch, gib)
+    server.default("/v1/models", Reply(200, models_body("small", "big")))
+    got, out, err = run_cli("doctor", str(config(tmp_path, server.url)))
+    line = next(line for line in out.splitlines() if line[6:].startswith("disk space"))
+    assert line[:4].strip() == status, out
+    assert f"{gib:.1f} GiB free for checkpoints" in line
+    assert got == code, out + err
 
 
 # -- a classic PPO config: the log assistant's role is its only one ----------------------------
