@@ -62,7 +62,13 @@ def train(
     set_: SetOption = None,
     resume: Annotated[
         Path | None,
-        typer.Option("--resume", help="Continue RUN_DIR from its latest checkpoint."),
+        typer.Option(
+            "--resume",
+            help="Continue RUN_DIR from its latest checkpoint, with the run's own config "
+            "(RUN_DIR/config.toml) when no CONFIG is given. Settings changed from the run's "
+            "are named; ones its checkpoints cannot follow (model, data, seed, a critic "
+            "added, ...) are refused.",
+        ),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing run directory.")
@@ -90,9 +96,16 @@ def train(
 ) -> None:
     """Train: an LLM recipe (GRPO, PPO, VAPO, ...) or classic PPO (a config with [env])."""
     from ascent.configfile import load_config
+    from ascent.configfile.loader import run_config_overrides
     from ascent.train import check_world_size, run_training, train_rank
 
-    cfg = load_config(config, set_ or [])
+    sets, notes = list(set_ or []), []
+    if config is None and resume is not None and (resume / "config.toml").is_file():
+        config = resume / "config.toml"  # continue the run as it was configured
+        sets, notes = run_config_overrides(resume, sets)
+    cfg = load_config(config, sets)
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
     if dry_run:
         _dry_run(cfg, nproc, resume, overwrite)
         return
@@ -108,9 +121,8 @@ def train(
         check_world_size(cfg, nproc)
         logging.getLogger("torch").setLevel(logging.CRITICAL)  # the launcher's own chatter
         source = str(config) if config is not None else None
-        summary = launch(
-            nproc, train_rank, source, list(set_ or []), str(resume) if resume else None, overwrite
-        )
+        resumed = str(resume) if resume else None
+        summary = launch(nproc, train_rank, source, sets, resumed, overwrite)
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank runs this command
         typer.echo(f"summary: {summary}")
 

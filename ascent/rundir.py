@@ -1,6 +1,8 @@
 """The run directory: `runs/<name>/`, its layout, and writes that are never seen half done.
 
-    config.toml      the resolved config the run used
+    config.toml      the resolved config the run used (its latest segment's, after resumes)
+    config-history/  segment-N.toml: the config of each earlier segment, kept when a
+                     --resume changed settings (what changed heads each file)
     metrics.jsonl    one JSON object per logged step
     samples/         sample completions / episodes
     checkpoints/     step-000100/ ... (complete checkpoints; see ascent.train.checkpoint for
@@ -13,10 +15,11 @@ their output (`ascent.observe`, `ascent.api`): atomic text and directory replace
 names and listing, and `RunDir`.
 
 An existing run directory is never overwritten unless the user says `--overwrite`; `--resume`
-continues it from its latest checkpoint. A run holds an exclusive lock on its directory
-(`.lock`, with the holder's PID) from `RunDir.create` until `release` (the end of
-`run_training`, or the process's exit, however it ends), so a second `ascent train` can neither
-`--overwrite` nor `--resume` a run that is still going. A run killed before its first
+continues it from its latest checkpoint, refusing settings its checkpoints cannot continue
+under (ascent.configfile.resume) and naming the ones it takes. A run holds an exclusive lock
+on its directory (`.lock`, with the holder's PID) from `RunDir.create` until `release` (the
+end of `run_training`, or the process's exit, however it ends), so a second `ascent train`
+can neither `--overwrite` nor `--resume` a run that is still going. A run killed before its first
 checkpoint has nothing to continue from: `--resume` starts it again in place (its partial
 metrics and samples are dropped, so every step is logged once). A staged run resumes stage
 by stage (llm_stages.py).
@@ -32,13 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascent.configfile import AnyConfig, dump_config
+from ascent.configfile import AnyConfig, dump_config, load_config
+from ascent.configfile.resume import Change, config_changes, describe
 from ascent.errors import AscentError
 
 META_FILE = "meta.json"
 BEST_FILE = "best.json"
 PREFIX = "step-"
 FINAL_MODEL = "final-model"
+CONFIG_HISTORY = "config-history"
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -188,6 +193,30 @@ def _same_file(handle: Any, path: Path) -> bool:
         return False
 
 
+def resume_changes(path: Path, cfg: AnyConfig) -> list[Change]:
+    """How `cfg` differs from the config run `path` was last trained with; raises, naming
+    each one, when a change is one its checkpoints cannot continue under."""
+    recorded = path / "config.toml"
+    if not recorded.is_file():
+        return []
+    try:
+        old = load_config(recorded)
+    except AscentError as err:
+        raise AscentError(
+            f"--resume {path}: its config.toml does not load, so the settings cannot be "
+            f"compared ({err})"
+        ) from None
+    changes = config_changes(old, cfg)
+    refused = [f"{change} ({change.refusal})" for change in changes if change.refusal]
+    if refused:
+        raise AscentError(
+            f"--resume {path}: cannot continue under changed settings: {'; '.join(refused)}; "
+            f"resume with the run's own config (ascent train --resume {path}, no CONFIG) or "
+            "start a new run (--set run.name=NEW)"
+        )
+    return changes
+
+
 def is_run_dir(path: Path) -> bool:
     """A directory `RunDir.create` made: it writes config.toml first of all."""
     return path.is_dir() and not path.is_symlink() and (path / "config.toml").is_file()
@@ -237,6 +266,9 @@ class RunDir:
                 raise AscentError(f"--resume {path}: no such run directory; check the path")
             ckpt = latest_checkpoint(path)
             if ckpt is not None:
+                changes = resume_changes(path, cfg)
+                if changes:
+                    return f"{path}: resumes from {ckpt.name} with {describe(changes)}"
                 return f"{path}: resumes from {ckpt.name}"
             if not (path / "config.toml").is_file() and not getattr(cfg, "stages", None):
                 raise AscentError(
@@ -286,8 +318,22 @@ class RunDir:
                 (path / partial).unlink(missing_ok=True)
             shutil.rmtree(path / "samples", ignore_errors=True)
         run_dir = cls(path, resume_from=ckpt, resuming=True)
+        changes = resume_changes(path, cfg) if ckpt is not None else []
+        if changes:
+            print(f"note: {path} resumes from {ckpt.name} with {describe(changes)}")
+            run_dir._keep_segment_config(ckpt.name, changes)
         write_text_atomic(run_dir.config_path, dump_config(cfg))
         return run_dir
+
+    def _keep_segment_config(self, checkpoint: str, changes: list[Change]) -> None:
+        """Before a resume with other settings replaces config.toml, keep the one the run
+        had so far: config-history/segment-N.toml, N counting from 1."""
+        history = self.path / CONFIG_HISTORY
+        history.mkdir(exist_ok=True)
+        n = 1 + sum(1 for _ in history.glob("segment-*.toml"))
+        header = f"# the config of segment {n}; the next resumed from {checkpoint} with "
+        text = header + describe(changes) + "\n" + self.config_path.read_text()
+        write_text_atomic(history / f"segment-{n}.toml", text)
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         paths = {

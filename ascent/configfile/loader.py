@@ -90,7 +90,17 @@ TRUST_KEY = "model.trust_remote_code"
 
 def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> tuple[AnyConfig, list[str]]:
     """A run directory's config.toml, for commands that read a finished run (`ascent eval`,
-    `ascent data grade --policy`), and warnings for what was not taken from it.
+    `ascent data grade --policy`) or continue one (`ascent train --resume RUN`), and
+    warnings for what was not taken from it (`run_config_overrides`)."""
+    sets, warnings = run_config_overrides(run_dir, overrides)
+    return load_config(run_dir / "config.toml", sets), warnings
+
+
+def run_config_overrides(
+    run_dir: Path, overrides: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """The `--set`s to load a run directory's config.toml with, and why they differ from the
+    ones given.
 
     `[model] trust_remote_code` is never taken from a run directory: a shared or tampered one
     could ship a model directory whose Python would run. It holds for an invocation only when
@@ -102,7 +112,6 @@ def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> tuple[AnyCo
     # env: classic PPO (no language model); a [model] that is no table fails on its own
     lm = "env" not in raw and isinstance(raw.get("model", {}), dict)
     forced = [f"{TRUST_KEY}=false"] if lm and not given else []
-    cfg = load_config(run_dir / "config.toml", [*overrides, *forced])
     warnings = []
     if saved is True and not given:
         warnings.append(
@@ -110,7 +119,7 @@ def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> tuple[AnyCo
             f"directory (its model's Python would run): pass --set {TRUST_KEY}=true to allow it "
             "for this command"
         )
-    return cfg, warnings
+    return [*overrides, *forced], warnings
 
 
 def config_from_data(raw: dict[str, Any], source: str) -> AnyConfig:

@@ -38,6 +38,7 @@ from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.forward import response_logprobs, response_values
+from ascent.train.optim_state import load_keeping_settings, load_schedule
 from ascent.train.parts import AlgorithmParts
 from ascent.train.sharding import adapter_weights, full_weights, live_module
 from ascent.train.train_batch import MetricMeans, TrainBatch
@@ -267,20 +268,29 @@ class Actor:
         return state
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Weights and optimiser moments from a checkpoint; the optimiser's settings stay
+        the configured ones (optim_state.py)."""
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        set_state_dict(
-            self.model,
+        load_keeping_settings(
             self.optimizer,
-            model_state_dict=state["model"],
-            optim_state_dict=state["optimizer"],
+            lambda: set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+            ),
         )
         if self.head is not None:
-            set_state_dict(
-                self.head.model.head,
-                self.head.optimizer,
-                model_state_dict=state["value_head"],
-                optim_state_dict=state["value_head_optimizer"],
+            head = self.head
+            load_keeping_settings(
+                head.optimizer,
+                lambda: set_state_dict(
+                    head.model.head,
+                    head.optimizer,
+                    model_state_dict=state["value_head"],
+                    optim_state_dict=state["value_head_optimizer"],
+                ),
             )
 
     def schedule_state(self) -> dict[str, Any]:
@@ -290,9 +300,9 @@ class Actor:
         return state
 
     def load_schedule_state(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])
+        load_schedule(self.scheduler, state["scheduler"])
         if self.head is not None:
-            self.head.scheduler.load_state_dict(state["value_head_scheduler"])
+            load_schedule(self.head.scheduler, state["value_head_scheduler"])
 
 
 class ActorHead:

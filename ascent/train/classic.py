@@ -97,6 +97,7 @@ from ascent.train.classic_rollout import (
     Samples,
     make_vector_env,
 )
+from ascent.train.optim_state import load_keeping_settings
 from ascent.train.updates import clip_and_norm
 
 GAE = ADVANTAGES.get("gae")
@@ -315,7 +316,7 @@ def _restore(
 ) -> None:
     try:
         agent.load_state_dict(state["agent"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_keeping_settings(optimizer, lambda: optimizer.load_state_dict(state["optimizer"]))
         fresh_episodes = not runner.load_state_dict(state["runner"], seed=seed)
         restore_rng_state(state["rng"])
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as err:

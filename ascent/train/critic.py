@@ -30,6 +30,7 @@ from ascent.config.llm_sections import TrainSection
 from ascent.rollout import RolloutBatch
 from ascent.train.distributed import Dist
 from ascent.train.forward import response_values
+from ascent.train.optim_state import load_keeping_settings, load_schedule
 from ascent.train.train_batch import MetricMeans, TrainBatch
 from ascent.train.updates import (
     accumulate,
@@ -133,18 +134,21 @@ class Critic:
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        set_state_dict(
-            self.model,
+        load_keeping_settings(
             self.optimizer,
-            model_state_dict=state["critic"],
-            optim_state_dict=state["critic_optimizer"],
+            lambda: set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["critic"],
+                optim_state_dict=state["critic_optimizer"],
+            ),
         )
 
     def schedule_state(self) -> dict[str, Any]:
         return {"critic_scheduler": self.scheduler.state_dict()}
 
     def load_schedule_state(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["critic_scheduler"])
+        load_schedule(self.scheduler, state["critic_scheduler"])
 
 
 def value_metrics(values: Tensor, returns: Tensor, mask: Tensor) -> dict[str, float]:
