@@ -14,9 +14,9 @@ timeout_sec, stops the run with one line.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from ascent.cluster.waits import ActorGone, NoAnswer, get_through_restarts
 from ascent.config.cluster import ClusterSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.errors import AscentError
@@ -97,30 +97,27 @@ class RayRewardPool:
     def _get(self, future: Any, worker: Any, args: tuple) -> RewardOutput:
         """One share's rewards; a share whose worker died is scored again by its restarted
         incarnation (each share is written into the batch once, by its position)."""
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import RayTaskError
 
-        for attempt in range(self.cluster.max_restarts + 1):
-            try:
-                return self.ray.get(future, timeout=self.cluster.timeout_sec)
-            except GetTimeoutError:
-                raise AscentError(
-                    f"reward workers did not score a batch within [cluster] timeout_sec "
-                    f"({self.cluster.timeout_sec:g} s); raise it, or add reward_workers"
-                ) from None
-            except RayActorError as err:
-                if attempt == self.cluster.max_restarts:
-                    raise AscentError(
-                        f"a reward worker died and could not be restarted ([cluster] "
-                        f"max_restarts {self.cluster.max_restarts} used up): {_first_line(err)}"
-                    ) from None
-                time.sleep(0.5)  # Ray restarts it meanwhile
-                future = worker.score.remote(*args)
-            except RayTaskError as err:
-                cause = err.cause if getattr(err, "cause", None) is not None else err
-                if isinstance(cause, AscentError):
-                    raise AscentError(str(cause)) from None
-                raise AscentError(f"a reward failed on a worker: {_first_line(cause)}") from None
-        raise AssertionError("unreachable")
+        try:
+            return get_through_restarts(
+                self.ray, future, lambda: worker.score.remote(*args), self.cluster.timeout_sec
+            )
+        except NoAnswer:
+            raise AscentError(
+                f"reward workers did not score a batch within [cluster] timeout_sec "
+                f"({self.cluster.timeout_sec:g} s); raise it, or add reward_workers"
+            ) from None
+        except ActorGone:
+            raise AscentError(
+                f"a reward worker died and could not be restarted ([cluster] max_restarts "
+                f"{self.cluster.max_restarts} used up)"
+            ) from None
+        except RayTaskError as err:
+            cause = err.cause if getattr(err, "cause", None) is not None else err
+            if isinstance(cause, AscentError):
+                raise AscentError(str(cause)) from None
+            raise AscentError(f"a reward failed on a worker: {_first_line(cause)}") from None
 
     def metrics(self) -> dict[str, float]:
         restarts = self.ray.get(self.ledger.restarts.remote("reward-"))

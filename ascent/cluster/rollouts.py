@@ -13,14 +13,14 @@ a run is reproducible for a given number of replicas.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ascent.cluster.rewards import Ledger, _shares
+from ascent.cluster.waits import ActorGone, NoAnswer, get_through_restarts
 from ascent.config.cluster import ClusterSection
 from ascent.config.llm_sections import ModelSection
 from ascent.errors import AscentError
@@ -105,20 +105,25 @@ class RayRolloutEngine:
 
     def _sync(self, replica: Any) -> None:
         """Give `replica` the latest weights, waiting out a restart if it is in one."""
-        from ray.exceptions import RayActorError
 
-        for attempt in range(self.cluster.max_restarts + 1):
-            try:
-                self.ray.get(replica.sync.remote(self._weights, self.version),
-                             timeout=self.cluster.timeout_sec)  # fmt: skip
-                return
-            except RayActorError:
-                if attempt == self.cluster.max_restarts:
-                    raise AscentError(
-                        "a rollout replica died and could not be restarted ([cluster] "
-                        f"max_restarts {self.cluster.max_restarts} used up)"
-                    ) from None
-                time.sleep(0.5)
+        def call() -> Any:
+            return replica.sync.remote(self._weights, self.version)
+
+        self._wait(call(), call)
+
+    def _wait(self, future: Any, again: Callable[[], Any]) -> Any:
+        try:
+            return get_through_restarts(self.ray, future, again, self.cluster.timeout_sec)
+        except NoAnswer:
+            raise AscentError(
+                f"a rollout replica did not answer within [cluster] timeout_sec "
+                f"({self.cluster.timeout_sec:g} s); raise it or lower the batch"
+            ) from None
+        except ActorGone:
+            raise AscentError(
+                "a rollout replica died and could not be restarted ([cluster] "
+                f"max_restarts {self.cluster.max_restarts} used up)"
+            ) from None
 
     def generate(
         self,
@@ -138,33 +143,23 @@ class RayRolloutEngine:
         return RolloutBatch.concat(results, self.pad_id)
 
     def _run(self, parts: list[tuple[Any, tuple]]) -> list[RolloutBatch]:
-        from ray.exceptions import GetTimeoutError, RayActorError
+        """Every replica's share, started together; a replica that restarts is given the
+        latest weights before its share is generated anew (its new incarnation starts from
+        [model])."""
 
-        futures = {i: replica.generate.remote(*args) for i, (replica, args) in enumerate(parts)}
-        results: dict[int, RolloutBatch] = {}
-        attempts = 0
-        while futures:
-            i, future = next(iter(futures.items()))
-            try:
-                results[i] = self.ray.get(future, timeout=self.cluster.timeout_sec)
-                del futures[i]
-            except GetTimeoutError:
-                raise AscentError(
-                    f"a rollout replica did not answer within [cluster] timeout_sec "
-                    f"({self.cluster.timeout_sec:g} s); raise it or lower the batch"
-                ) from None
-            except RayActorError:
-                attempts += 1
-                if attempts > self.cluster.max_restarts:
-                    raise AscentError(
-                        "a rollout replica died and could not be restarted ([cluster] "
-                        f"max_restarts {self.cluster.max_restarts} used up)"
-                    ) from None
-                replica, args = parts[i]
-                if self._weights is not None:  # the new incarnation starts from [model]
+        def again(replica: Any, args: tuple) -> Callable[[], Any]:
+            def call() -> Any:
+                if self._weights is not None:
                     self._sync(replica)
-                futures[i] = replica.generate.remote(*args)
-        return [results[i] for i in range(len(parts))]
+                return replica.generate.remote(*args)
+
+            return call
+
+        futures = [replica.generate.remote(*args) for replica, args in parts]
+        return [
+            self._wait(future, again(replica, args))
+            for future, (replica, args) in zip(futures, parts, strict=True)
+        ]
 
     def metrics(self) -> dict[str, float]:
         restarts = self.ray.get(self.ledger.restarts.remote("rollout-"))
