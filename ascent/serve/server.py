@@ -7,7 +7,9 @@ prompts in, one `Generation` per prompt out. Concurrent requests with the same s
 settings are gathered by `Batcher` into ONE generate call (up to `max_batch` prompts), which
 is what makes a local model usable by agentic roles with many episodes in flight.
 Streaming (`"stream": true`) is answered as server-sent events carrying the whole completion
-in one chunk, so streaming clients work; tokens are not streamed one by one.
+in one chunk, so streaming clients work; tokens are not streamed one by one. The HTTP side
+(framing, body limits, time-outs, clients that hang up) is `ascent.serve.handler`; checking
+--host and --port before the model loads is `ascent.serve.address`.
 
 With a key (`--api-key-env VAR`: the NAME of the variable holding it, read once at startup),
 every route answers 401 in OpenAI's shape (`code: invalid_api_key`, so the openai client raises
@@ -21,27 +23,29 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import logging
 import signal
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ascent.api.failures import KeyMissingError
 from ascent.api.keys import KeySource, Secret
 from ascent.errors import AscentError
 from ascent.secrets import ENV_NAME, looks_like_key, mask_secret
+from ascent.serve.address import bind_error, check_listen, listen_address
 from ascent.serve.batching import Batcher, Generation, Generator, GenParams
+from ascent.serve.handler import SOCKET_TIMEOUT_SEC, HTTPServer
 from ascent.serve.wire import (
     RequestError,
+    chat_messages,
+    check_model,
     check_supported,
     choices_param,
+    completion_prompt,
     completion_response,
     sampling_params,
-    stream_events,
 )
 
 __all__ = [
@@ -66,11 +70,12 @@ DEFAULT_HOST = "127.0.0.1"  # loopback: nothing outside this machine can reach t
 DEFAULT_PORT = 8000  # vLLM's and most OpenAI-compatible servers' port
 DEFAULT_MAX_BATCH = 32  # most prompts in one generate call
 BATCH_WINDOW_SEC = 0.01  # how long the first request of a batch waits for company
-ROUTES = ("/chat/completions", "/completions")
 
 
 class PolicyServer:
-    """The HTTP server; `with PolicyServer(gen, port=0) as srv:` runs it in a thread."""
+    """The HTTP server; `with PolicyServer(gen, port=0) as srv:` runs it in a thread.
+
+    A host or port it cannot listen on is an `AscentError` saying what to change."""
 
     def __init__(
         self,
@@ -80,19 +85,25 @@ class PolicyServer:
         max_batch: int = DEFAULT_MAX_BATCH,
         window_sec: float = BATCH_WINDOW_SEC,
         api_key: Secret | None = None,
+        socket_timeout_sec: float = SOCKET_TIMEOUT_SEC,
     ) -> None:
         self.generator = generator
         # None: every request is served; else only those with `Authorization: Bearer <key>`.
         self._key = None if api_key is None else api_key.reveal().encode()
-        self.batcher = Batcher(generator, max_batch=max_batch, window_sec=window_sec)
         self.started = int(time.time())
-        self.httpd = _HTTPServer((host, port), self)
+        family, address = listen_address(host, port)
+        try:
+            self.httpd = HTTPServer((address, port), self, family, socket_timeout_sec)
+        except OSError as err:
+            raise bind_error(err, host, port) from None
         self.host, self.port = self.httpd.server_address[:2]
+        self.batcher = Batcher(generator, max_batch=max_batch, window_sec=window_sec)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever(poll_interval=0.1)
@@ -143,142 +154,25 @@ class PolicyServer:
         return {"object": "list", "data": [entry]}
 
     def complete(self, body: dict[str, Any], chat: bool) -> dict[str, Any]:
-        self._check_model(body)
+        """The completion for a request body; a request that cannot be served is refused
+        (RequestError) before anything reaches the model."""
+        check_model(body, self.generator.name)
         check_supported(body)
         if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise RequestError(400, "'messages' must be a non-empty list", param="messages")
-            prompt = self.generator.chat_prompt(messages)
+            prompt = self.generator.chat_prompt(chat_messages(body))
         else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1:
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                raise RequestError(400, "'prompt' must be a string", param="prompt")
+            prompt = completion_prompt(body)
+        tokens = self.generator.count_tokens(prompt)
+        if tokens == 0:  # e.g. messages whose contents are all empty, for a model without template
+            field = "messages" if chat else "prompt"
+            raise RequestError(
+                400, f"'{field}' gives an empty prompt (0 tokens); send some text", param=field
+            )
         n = choices_param(body)
-        params = sampling_params(
-            body, self.generator.count_tokens(prompt), self.generator.max_context
-        )
+        params = sampling_params(body, tokens, self.generator.max_context)
         futures = [self.batcher.submit(prompt, params) for _ in range(n)]
         outs: list[Generation] = [f.result() for f in futures]
         return completion_response(self.generator.name, outs, chat)
-
-    def _check_model(self, body: dict[str, Any]) -> None:
-        model = body.get("model")
-        if model != self.generator.name:
-            raise RequestError(
-                404,
-                f"The model `{model}` does not exist; this server serves `{self.generator.name}`",
-                code="model_not_found",
-                param="model",
-            )
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    """The socket side; each request gets a `_Handler` that answers through `app`."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], app: PolicyServer) -> None:
-        self.app = app
-        super().__init__(address, _Handler)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """One HTTP request: route it, hand the body to the `PolicyServer`, send the answer."""
-
-    protocol_version = "HTTP/1.1"
-    server_version = "ascent-serve"
-    server: _HTTPServer
-
-    def log_message(self, fmt: str, *args: Any) -> None:
-        log.debug("%s " + fmt, self.address_string(), *args)
-
-    def do_GET(self) -> None:
-        if not self._authorized():
-            return
-        if self._route() == "/models":
-            self._send(200, self.server.app.models())
-        else:
-            self._send(404, RequestError(404, f"no route GET {self.path}").body())
-
-    def do_POST(self) -> None:
-        route = self._route()
-        if not self._authorized():
-            return
-        raw = self.rfile.read(self._body_length())
-        if route not in ROUTES:
-            self._send(404, RequestError(404, f"no route POST {self.path}").body())
-            return
-        chat = route == "/chat/completions"
-        try:
-            body = _json_object(raw)
-            response = self.server.app.complete(body, chat)
-        except RequestError as err:
-            self._send(err.status, err.body())
-        except Exception as err:
-            log.exception("request failed")
-            self._send(500, RequestError(500, f"generation failed: {err}").body())
-        else:
-            if body.get("stream"):
-                self._send_stream(stream_events(response, chat))
-            else:
-                self._send(200, response)
-
-    def _authorized(self) -> bool:
-        """True when the request may proceed; otherwise the 401 has been sent."""
-        try:
-            self.server.app.check_key(self.headers.get("Authorization"))
-        except RequestError as err:
-            # Drop the unread body (without holding it) so the connection stays in step.
-            left = self._body_length()
-            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
-                left -= len(chunk)
-            self._send(err.status, err.body(), {"WWW-Authenticate": "Bearer"})
-            return False
-        return True
-
-    def _body_length(self) -> int:
-        return int(self.headers.get("Content-Length") or 0)
-
-    def _route(self) -> str:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        return path[3:] if path.startswith("/v1/") or path == "/v1" else path
-
-    def _send(
-        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> None:
-        self._reply(status, "application/json", json.dumps(payload).encode(), headers)
-
-    def _send_stream(self, events: list[dict[str, Any]]) -> None:
-        data = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
-        self._reply(200, "text/event-stream", data + b"data: [DONE]\n\n")
-
-    def _reply(
-        self, status: int, content_type: str, data: bytes, headers: dict[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        try:
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
-            self.close_connection = True
-
-
-def _json_object(raw: bytes) -> dict[str, Any]:
-    """The request body, which must be a JSON object."""
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError as err:  # bad JSON, or bytes that are not UTF-8
-        raise RequestError(400, f"invalid JSON body: {err}") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    return body
 
 
 def read_serve_key(var: str, keys: KeySource | None = None) -> Secret:
@@ -344,6 +238,11 @@ def serve_forever(
     from ascent.runtime import configure_cpu
     from ascent.serve.local_policy import LocalPolicy
 
+    if max_batch < 1:
+        raise AscentError(
+            f"--max-batch {max_batch}: must be at least 1 (prompts per generate call)"
+        )
+    check_listen(host, port)  # a bad --host or --port fails here, not after the model loads
     key = None if api_key_env is None else read_serve_key(api_key_env)
     configure_cpu()  # torch's default thread count collapses when requests and scoring share cores
     policy = LocalPolicy.load(model_or_run_dir, name=name, device=device)
