@@ -13,6 +13,9 @@ from ascent.data.bundled import bundled_dir
 # Two-core machines: one torch thread keeps tests fast while sandbox workers run beside them.
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Ray workers at the trainer's priority, as `ascent.cluster.runtime.connect` starts them (the
+# Ray tests start their local Ray themselves).
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascent.cluster.waits import ActorGone, NoAnswer, get_through_restarts
+from ascent.cluster.waits import ActorGone, NoAnswer, get_through_restarts, wait_ready
 from ascent.config.cluster import ClusterSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.errors import AscentError
@@ -50,6 +50,9 @@ class RewardWorker:
         self.reward = build_reward(reward, sandbox)
         ray.get(ledger.started.remote(name))
 
+    def ready(self) -> bool:
+        return True
+
     def score(
         self, prompts: list[Any], completions: list[str], columns: dict[str, list[Any]]
     ) -> RewardOutput:
@@ -79,6 +82,11 @@ class RayRewardPool:
             )
             for i, where in enumerate(strategies)
         ]
+        try:
+            wait_ready(ray, self.workers, cluster.startup_timeout_sec, "a reward worker")
+        except BaseException:
+            self.close()
+            raise
 
     def __call__(self, prompts: list[Any], completions: list[str], **columns: Any) -> RewardOutput:
         n = len(completions)
@@ -101,17 +109,21 @@ class RayRewardPool:
 
         try:
             return get_through_restarts(
-                self.ray, future, lambda: worker.score.remote(*args), self.cluster.timeout_sec
+                self.ray,
+                future,
+                lambda: worker.score.remote(*args),
+                self.cluster.timeout_sec,
+                self.cluster.startup_timeout_sec,
             )
         except NoAnswer:
             raise AscentError(
                 f"reward workers did not score a batch within [cluster] timeout_sec "
                 f"({self.cluster.timeout_sec:g} s); raise it, or add reward_workers"
             ) from None
-        except ActorGone:
+        except ActorGone as err:
             raise AscentError(
                 f"a reward worker died and could not be restarted ([cluster] max_restarts "
-                f"{self.cluster.max_restarts} used up)"
+                f"{self.cluster.max_restarts} used up): {err}"
             ) from None
         except RayTaskError as err:
             cause = err.cause if getattr(err, "cause", None) is not None else err

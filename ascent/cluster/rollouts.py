@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ascent.cluster.rewards import Ledger, _shares
-from ascent.cluster.waits import ActorGone, NoAnswer, get_through_restarts
+from ascent.cluster.waits import ActorGone, NoAnswer, get_through_restarts, wait_ready
 from ascent.config.cluster import ClusterSection
 from ascent.config.llm_sections import ModelSection
 from ascent.errors import AscentError
@@ -49,6 +49,9 @@ class RolloutReplica:
             load_frozen(model.name_or_path, model, device, dtype), pad_id=pad_id, eos_ids=eos
         )
         ray.get(ledger.started.remote(name))
+
+    def ready(self) -> bool:
+        return True
 
     def sync(self, weights: dict[str, Tensor], version: int) -> int:
         self.engine.sync_weights(weights.items(), version)
@@ -96,6 +99,11 @@ class RayRolloutEngine:
             )
             for i, where in enumerate(strategies)
         ]
+        try:
+            wait_ready(ray, self.replicas, cluster.startup_timeout_sec, "a rollout replica")
+        except BaseException:
+            self.close()
+            raise
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
         self._weights = self.transport.send(weights, version)
@@ -113,16 +121,18 @@ class RayRolloutEngine:
 
     def _wait(self, future: Any, again: Callable[[], Any]) -> Any:
         try:
-            return get_through_restarts(self.ray, future, again, self.cluster.timeout_sec)
+            return get_through_restarts(
+                self.ray, future, again, self.cluster.timeout_sec, self.cluster.startup_timeout_sec
+            )
         except NoAnswer:
             raise AscentError(
                 f"a rollout replica did not answer within [cluster] timeout_sec "
                 f"({self.cluster.timeout_sec:g} s); raise it or lower the batch"
             ) from None
-        except ActorGone:
+        except ActorGone as err:
             raise AscentError(
                 "a rollout replica died and could not be restarted ([cluster] "
-                f"max_restarts {self.cluster.max_restarts} used up)"
+                f"max_restarts {self.cluster.max_restarts} used up): {err}"
             ) from None
 
     def generate(

@@ -17,6 +17,10 @@ from ascent.config.cluster import ClusterSection
 from ascent.errors import AscentError
 
 AUTH_MODE = "RAY_AUTH_MODE"
+# Ray starts its workers at nice 15, as background work; a run's rollout replicas and reward
+# workers are its main work, and at nice 15 any other job on the cores starved them for
+# minutes. A local Ray that ascent starts runs them at the trainer's priority.
+WORKER_NICENESS = ("RAY_worker_niceness", "0")
 
 
 def require_ray() -> Any:
@@ -34,6 +38,7 @@ def connect(cluster: ClusterSection) -> Any:
     if ray.is_initialized():
         return ray
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault(*WORKER_NICENESS)  # read by the local Ray that ray.init starts
     kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": True}
     if cluster.address is None:
         kwargs["num_cpus"] = cluster.num_cpus

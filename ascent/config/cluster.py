@@ -61,6 +61,12 @@ class ClusterSection(Section):
         description="Longest wait for the cluster to answer, for resources to be granted, "
         "or for one batch of rewards; past it the run stops with one line.",
     )
+    startup_timeout_sec: float = Field(
+        600.0,
+        gt=0.0,
+        description="Longest wait for an actor to start or restart (its process, torch, its "
+        "model): on a busy machine that takes minutes, not the seconds of an answer.",
+    )
 
     @model_validator(mode="after")
     def _ray_settings_need_ray(self) -> ClusterSection:
