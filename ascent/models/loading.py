@@ -20,6 +20,7 @@ from ascent.errors import AscentError, UnknownNameError, did_you_mean
 from ascent.models.builtin import BUILTIN_MODELS, BUILTIN_PREFIX
 from ascent.models.lean import lean_activations
 from ascent.models.value import ValueModel, separate_critic, value_head
+from ascent.models.weight_files import check_weight_files
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -113,6 +114,8 @@ def load_tokenizer(cfg: ModelSection) -> PreTrainedTokenizerBase:
 def _from_pretrained(
     source: str, cfg: ModelSection, device: torch.device, dtype: torch.dtype
 ) -> PreTrainedModel:
+    if Path(source).is_dir():
+        check_weight_files(Path(source))  # damaged or pickled weights: one line, not a trace
     try:
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, trust_remote_code=cfg.trust_remote_code
