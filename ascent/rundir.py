@@ -28,6 +28,7 @@ by stage (llm_stages.py).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from ascent.configfile.resume import Change, config_changes, describe
 from ascent.errors import AscentError
 
 META_FILE = "meta.json"
+MANIFEST_FILE = "manifest.json"  # every other file of a checkpoint: its size and sha256
 BEST_FILE = "best.json"
 PREFIX = "step-"
 FINAL_MODEL = "final-model"
@@ -95,6 +97,69 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
         if p.is_dir() and p.name.startswith(PREFIX) and (p / META_FILE).is_file()
     ]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+
+
+def write_manifest(checkpoint: Path) -> None:
+    """Record every file of a checkpoint being written (its size and sha256), so that a
+    later `--resume` can tell an intact checkpoint from one damaged since."""
+    files = {
+        path.relative_to(checkpoint).as_posix(): {
+            "bytes": path.stat().st_size,
+            "sha256": _hash(path),
+        }
+        for path in sorted(checkpoint.rglob("*"))
+        if path.is_file() and path.name != MANIFEST_FILE
+    }
+    write_json_atomic(checkpoint / MANIFEST_FILE, {"files": files})
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """What is wrong with a checkpoint against its manifest (the first file that is missing,
+    of another size or changed); None when it is intact, or from before manifests."""
+    manifest = checkpoint / MANIFEST_FILE
+    if not manifest.exists():
+        return None
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        entries = [(name, int(e["bytes"]), str(e["sha256"])) for name, e in files.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{MANIFEST_FILE}: unreadable"
+    for name, size, _digest in entries:  # sizes first: cheap, and what a cut-off write leaves
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{name}: missing"
+        if path.stat().st_size != size:
+            return f"{name}: {path.stat().st_size} bytes, its manifest says {size}"
+    for name, _size, digest in entries:
+        if _hash(checkpoint / name) != digest:
+            return f"{name}: its contents changed since it was written"
+    return None
+
+
+def resume_point(run_path: Path) -> tuple[Path | None, list[str]]:
+    """The checkpoint a resume continues from: the newest intact one, with a note for each
+    newer one passed over as damaged. With none intact, the newest, whose loading then says
+    what is wrong with it in one line."""
+    found = list_checkpoints(_ckpt_dir(run_path))
+    notes = []
+    for checkpoint in reversed(found):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            if notes:
+                notes.append(f"resuming from {checkpoint.name}, the newest intact checkpoint")
+            return checkpoint, notes
+        notes.append(f"{checkpoint} is damaged ({problem})")
+    if found:
+        raise AscentError(
+            f"--resume {run_path}: no intact checkpoint: {'; '.join(notes)}; start the run "
+            "again (--overwrite) or restore the checkpoints from a copy"
+        )
+    return None, []
+
+
+def _hash(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def latest_checkpoint(run_or_ckpt_dir: Path) -> Path | None:
@@ -264,12 +329,13 @@ class RunDir:
         if resume is not None:
             if not path.is_dir():
                 raise AscentError(f"--resume {path}: no such run directory; check the path")
-            ckpt = latest_checkpoint(path)
+            ckpt, notes = resume_point(path)
             if ckpt is not None:
                 changes = resume_changes(path, cfg)
+                said = "".join(f" ({note})" for note in notes[:1])
                 if changes:
-                    return f"{path}: resumes from {ckpt.name} with {describe(changes)}"
-                return f"{path}: resumes from {ckpt.name}"
+                    return f"{path}: resumes from {ckpt.name}{said} with {describe(changes)}"
+                return f"{path}: resumes from {ckpt.name}{said}"
             if not (path / "config.toml").is_file() and not getattr(cfg, "stages", None):
                 raise AscentError(
                     f"--resume {path}: not a run directory (no config.toml, no checkpoint); "
@@ -311,7 +377,9 @@ class RunDir:
     @classmethod
     def _resume(cls, path: Path, cfg: AnyConfig) -> RunDir:
         lock(path)  # refused while another process runs it
-        ckpt = latest_checkpoint(path)
+        ckpt, notes = resume_point(path)
+        if notes:
+            print(f"note: {'; '.join(notes)}")
         if ckpt is None and not getattr(cfg, "stages", None):
             print(f"note: {path} has no checkpoint yet; starting it again from step 0")
             for partial in ("metrics.jsonl", "summary.json"):

@@ -16,6 +16,7 @@ from ascent.errors import AscentError
 from ascent.rules import ClassicConfig, LLMConfig
 from ascent.rundir import RunDir, release
 from ascent.runtime import setup_runtime
+from ascent.train.checkpoint import disk_full, disk_full_message
 from ascent.train.distributed import Dist
 
 
@@ -87,6 +88,10 @@ def run_training(
         else:  # pragma: no cover - the loader only builds the two kinds above
             raise TypeError(f"unknown config type {type(cfg).__name__}")
         failed = False
+    except OSError as err:
+        if not disk_full(err):
+            raise
+        raise AscentError(disk_full_message(run_dir.path, "writing the run's files")) from None
     finally:
         release(run_dir.path)
         if failed and resume is None and dist.main and not_started(run_dir.path):

@@ -9,7 +9,10 @@ Layout under `RUN/checkpoints/`:
 
 A save writes everything into a temporary directory, fsyncs it, and renames it into place, so
 a reader only ever sees complete checkpoints: killing the process mid-save leaves the previous
-one loadable. The last `keep_last` checkpoints and the best one are kept; older ones pruned.
+one loadable. Each carries a manifest of its files' sizes and hashes (`write_manifest`), so
+damage done after the save is found before loading (`rundir.resume_point`); a full disk
+during a save removes the partial one and stops the run in one line (`disk_full`). The last
+`keep_last` checkpoints and the best one are kept; older ones pruned.
 
 A checkpoint is data, never code: `state.pt` holds only tensors and plain values (numbers,
 strings, None, lists, tuples, dicts), checked when it is written and enforced when it is read
@@ -24,6 +27,7 @@ of a staged run, or plain `AutoModelForCausalLM.from_pretrained` load like any m
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -47,6 +51,7 @@ from ascent.rundir import (
     read_best,
     replace_dir,
     write_json_atomic,
+    write_manifest,
 )
 from ascent.train.distributed import Dist
 from ascent.train.shards import save_shards
@@ -54,6 +59,7 @@ from ascent.train.shards import save_shards
 STATE_FILE = "state.pt"
 KIND_KEY = "kind"
 LLM_KIND, CLASSIC_KIND = "llm", "classic"  # the values of `kind`
+FULL_BELOW_BYTES = 2**20  # free space left on a disk a failed write found full
 PLAIN = (bool, int, float, str, type(None), torch.Tensor, torch.dtype, torch.Size)
 
 
@@ -103,17 +109,25 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
     dist.barrier()
-    if shards is not None:
-        save_shards(tmp, shards)
-    if rank_state is not None:
-        torch.save(rank_state, tmp / rank_file(dist.rank))
-    dist.barrier()
+    try:
+        if shards is not None:
+            save_shards(tmp, shards)
+        if rank_state is not None:
+            torch.save(rank_state, tmp / rank_file(dist.rank))
+        dist.barrier()
+        if dist.main:
+            torch.save(state, tmp / STATE_FILE)
+            if write_extra is not None:
+                write_extra(tmp)
+            meta = {"step": step, "metric": metric, "world_size": dist.world_size}
+            (tmp / META_FILE).write_text(json.dumps(meta) + "\n")
+            write_manifest(tmp)
+    except BaseException as err:
+        if not disk_full(err, tmp):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # the space it took, back
+        raise AscentError(disk_full_message(ckpt_dir.parent, f"saving {final.name}")) from None
     if dist.main:
-        torch.save(state, tmp / STATE_FILE)
-        if write_extra is not None:
-            write_extra(tmp)
-        meta = {"step": step, "metric": metric, "world_size": dist.world_size}
-        (tmp / META_FILE).write_text(json.dumps(meta) + "\n")
         replace_dir(tmp, final)  # re-saving a step (after a resume) swaps, never leaves a gap
         if metric is not None:
             best = read_best(ckpt_dir)
@@ -122,6 +136,32 @@ def save_checkpoint(
         _prune(ckpt_dir, keep_last)
     dist.barrier()
     return final
+
+
+def disk_full(err: BaseException, written: Path | None = None) -> bool:
+    """Whether `err` came of a full disk: an ENOSPC, or what torch made of one (DCP wraps it
+    in a CheckpointException; torch.save's zip writer raises a RuntimeError about the file
+    position), in which case the disk of `written` is left (all but) full."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if "No space left on device" in str(err):
+        return True
+    if written is None or isinstance(err, (KeyboardInterrupt, SystemExit)):
+        return False
+    try:
+        return shutil.disk_usage(written).free < FULL_BELOW_BYTES
+    except OSError:
+        return False
+
+
+def disk_full_message(run_path: Path, doing: str) -> str:
+    """One line for a full disk: where, what was being written, which checkpoint is intact."""
+    last = latest_checkpoint(run_path)
+    kept = f"{last.name} is intact" if last is not None else "no checkpoint was written yet"
+    return (
+        f"no space left on the disk of {run_path} while {doing}; {kept}: free space (or "
+        f"move the run), then ascent train --resume {run_path}"
+    )
 
 
 def rank_file(rank: int) -> str:

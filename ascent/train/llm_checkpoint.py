@@ -7,6 +7,8 @@
       shards/         the actor's (and critic's) parameters and optimiser state, keyed by
                       parameter name, one file per rank (torch.distributed.checkpoint)
       meta.json       step, validation metric, world size
+      manifest.json   every other file's size and sha256 (rundir.write_manifest): what
+                      --resume checks before it trusts the checkpoint
 
 A checkpoint written by N ranks resumes on M: the shards are resharded; the per-rank streams
 restart from (seed, step, rank) instead, with a note, so such a resume continues the same

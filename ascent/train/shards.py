@@ -108,6 +108,7 @@ def load_shards(directory: Path, state: dict[str, Any]) -> None:
     import warnings
 
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     folder = directory / SHARDS_DIR
     if not (folder / ".metadata").is_file():
@@ -123,9 +124,10 @@ def load_shards(directory: Path, state: dict[str, Any]) -> None:
             f"{folder}: refused: it holds objects other than tensors and plain values, which "
             "could run code; nothing in it was run"
         ) from None
-    except Exception as err:  # DCP wraps read errors of any rank in its own types
+    except (Exception, CheckpointException) as err:  # DCP wraps read errors in its own
+        # types, CheckpointException among them, which is a BaseException
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise AscentError(
-            f"{folder}: the sharded weights do not load ({type(err).__name__}: {first}); resume "
-            "with the config the run was written with"
+            f"{folder}: the sharded weights do not load ({type(err).__name__}: {first}); the "
+            "checkpoint is damaged, or the run's config is not the one it was written with"
         ) from None

@@ -12,7 +12,7 @@ import torch
 
 from ascent.configfile import load_config
 from ascent.errors import AscentError
-from ascent.rundir import RunDir, latest_checkpoint
+from ascent.rundir import MANIFEST_FILE, RunDir, latest_checkpoint
 from ascent.train.checkpoint import STATE_FILE, check_plain, load_checkpoint, save_checkpoint
 from ascent.train.llm import train_llm
 from tests.train.test_llm_loop import SHORT
@@ -104,11 +104,15 @@ def hostile_copy(trained_run: Path, tmp_path: Path) -> tuple[Path, Path]:
     return run, marker
 
 
-@pytest.mark.parametrize("command", ["serve", "train --resume", "eval"])
+@pytest.mark.parametrize(
+    "command", ["serve", "train --resume", "train --resume, no manifest", "eval"]
+)
 def test_commands_on_a_run_dir_with_a_malicious_checkpoint_exit_2_in_one_line(
     trained_run, tmp_path, run_cli, command
 ):
     run, marker = hostile_copy(trained_run, tmp_path)
+    if command.endswith("no manifest"):  # as a checkpoint from before manifests
+        (latest_checkpoint(run) / MANIFEST_FILE).unlink()
     if command == "serve":
         args = ["serve", str(run), "--port", "0"]
     elif command == "eval":
@@ -120,4 +124,7 @@ def test_commands_on_a_run_dir_with_a_malicious_checkpoint_exit_2_in_one_line(
     assert not marker.exists(), "the payload ran"
     assert code == 2, (out, err)
     assert one_line(err) and "Traceback" not in err + out
-    assert STATE_FILE in err and "could run code" in err
+    if command == "train --resume":  # the manifest tells before anything is read
+        assert f"{STATE_FILE}: " in err and "its manifest says" in err
+    else:
+        assert STATE_FILE in err and "could run code" in err
