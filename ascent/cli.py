@@ -265,10 +265,28 @@ def doctor(
         Path | None, typer.Argument(help="TOML config; omit to check the machine only.")
     ] = None,
     set_: SetOption = None,
+    numerics: Annotated[
+        bool,
+        typer.Option(
+            "--numerics",
+            help="Instead: run CONFIG's engine and trainer on one batch and compare per-token "
+            "log-probs, measure what top-p / top-k leave out, and check that a weight sync "
+            "reaches the engine; a table, what to change, then one JSON object (max_logprob_gap, "
+            "mean_logprob_gap, truncation_mass, weight_sync_ok, verdict). Exit 1 on a mismatch.",
+        ),
+    ] = False,
 ) -> None:
     """Check config, environment, sandbox, disk, keys and endpoints, without training."""
     from ascent.doctor.checks import format_checks, run_doctor
 
+    if numerics:
+        from ascent.doctor.numerics import numerics as check
+
+        if config is None:
+            raise AscentError("doctor --numerics needs a CONFIG: ascent doctor --numerics CONFIG")
+        lines, code = check(config, set_ or [])
+        typer.echo("\n".join(lines))
+        raise typer.Exit(code)
     checks = run_doctor(config, set_ or [])
     typer.echo("\n".join(format_checks(checks)))
     failed = [c.name for c in checks if c.status == "fail"]

@@ -51,6 +51,13 @@ class RunSection(Section):
     deterministic: bool = Field(
         False, description="Ask torch for deterministic kernels (slower; for exact reproduction)."
     )
+    preflight: bool = Field(
+        False,
+        description="Before training, check on one batch that the engine's log-probs match the "
+        "trainer's, what top-p / top-k leave out, and that a weight sync reaches the engine "
+        "(as `ascent doctor --numerics`); a sync that does not stops the run. LLM runs, one "
+        "process, not agentic.",
+    )
 
     @field_validator("name")
     @classmethod

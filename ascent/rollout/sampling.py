@@ -40,7 +40,7 @@ def draw_seeds(count: int, generator: torch.Generator | None, high: int = 2**31 
     return torch.randint(0, high, (count,), generator=generator, device=device).tolist()
 
 
-def _truncate(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+def truncate_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     """Logits with everything outside the top-k / top-p set at -inf (the argmax always stays)."""
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
@@ -80,7 +80,7 @@ def sample_next(
         tokens = scaled.argmax(-1)
     else:
         if params.top_k or params.top_p < 1.0:
-            weights = torch.softmax(_truncate(scaled, params.top_k, params.top_p), -1)
+            weights = torch.softmax(truncate_logits(scaled, params.top_k, params.top_p), -1)
         tokens = inverse_cdf(weights, generator)
     logp = scaled.gather(-1, tokens[:, None]) - log_norm
     return tokens, logp.squeeze(-1)

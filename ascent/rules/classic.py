@@ -39,6 +39,11 @@ class ClassicConfig(ClassicSections):
                 f"[train] stop_when_solved: {self.env.id} has no reward_threshold, so set "
                 "[train] solved_return to the mean return that counts as solved"
             )
+        if self.run.preflight:
+            raise ValueError(
+                "[run] preflight: the numerics check compares an LLM engine with its trainer; "
+                "a classic PPO run has neither; remove the key"
+            )
         if self.logging.explicitly_set("sample_every") or self.logging.explicitly_set(
             "num_samples"
         ):

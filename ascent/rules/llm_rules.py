@@ -60,6 +60,12 @@ def known_names(alg: AlgorithmSection) -> None:
 
 
 def task_reward_and_checkpoints(cfg: LLMSections) -> None:
+    if cfg.run.preflight and cfg.agentic.enabled:
+        raise ValueError(
+            "[run] preflight: the numerics check samples single completions and cannot drive "
+            "agentic episodes yet; remove it, or check the engine without [agentic] first "
+            "(ascent doctor --numerics)"
+        )
     builtin_countdown = cfg.data.path is None and cfg.data.task == "countdown"
     if builtin_countdown and "countdown" not in cfg.reward.functions:
         raise ValueError(
@@ -412,6 +418,11 @@ def world_size_rules(cfg: LLMSections, world: int) -> None:
             "[rollout] async: on several ranks the run's one engine (vLLM servers, Ray "
             "replicas) is reached through collectives, which a background sampler would "
             "interleave with the update's; remove async, or run one process (no --nproc)"
+        )
+    if cfg.run.preflight:
+        raise ValueError(
+            "[run] preflight: the numerics check runs in one process; run `ascent doctor "
+            "--numerics CONFIG` first, then train without preflight on several ranks"
         )
     if cfg.replay_rows % world:
         raise ValueError(

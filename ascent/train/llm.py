@@ -39,6 +39,7 @@ from transformers.utils import logging as hf_logging
 from ascent.api.assistant import LogAssistant, assistant_session
 from ascent.config.llm_sections import TrainSection
 from ascent.data import ResampleReport
+from ascent.errors import AscentError
 from ascent.observe.live import LiveDiagnosis
 from ascent.observe.metrics import MetricsLogger
 from ascent.observe.progress import TrainProgress
@@ -53,6 +54,7 @@ from ascent.train.llm_checkpoint import Progress, export_final, restore_run, sav
 from ascent.train.llm_rollout import sample_rows
 from ascent.train.llm_setup import build_run
 from ascent.train.llm_stages import train_stages
+from ascent.train.numerics import check_numerics
 
 PROGRESS_FIELDS = {
     "reward": "reward",
@@ -224,6 +226,13 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
     except BaseException:
         run.close()  # no engine, reward worker or producer may outlive a failed resume
         raise
+    preflight = None
+    if cfg.run.preflight:
+        try:
+            preflight = _preflight(run, cfg, dist)
+        except BaseException:
+            run.close()
+            raise
     clock = _Clock(progress)
     n_eval = len(run.task.eval)
     log = _Silent()
@@ -270,6 +279,8 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
         summary = _summary(
             run, cfg, progress, log, clock.tick(), ended=ended, transport=sampler.transport.name
         )
+        if preflight is not None:
+            summary["preflight"] = preflight
     if dist.main:
         run_dir.write_summary(summary)
     if stop["stop"]:
@@ -280,6 +291,21 @@ def train_llm(cfg: LLMConfig, run_dir: RunDir, dist: Dist | None = None) -> dict
             )
         raise KeyboardInterrupt
     return summary
+
+
+def _preflight(run: Controller, cfg: LLMConfig, dist: Dist) -> dict[str, Any]:
+    """`[run] preflight`: the numerics check on the run's own workers, printed; a weight sync
+    that does not reach the engine stops the run (nothing it trained would be sampled)."""
+    report = check_numerics(run, cfg)
+    if dist.main:
+        print("numerics preflight (engine against trainer, one batch):")
+        for line in report.table():
+            print(f"  {line}")
+        for line in report.advice:
+            print(f"warning: {line}")
+    if not report.weight_sync_ok:
+        raise AscentError(f"[run] preflight: {report.advice[-1]}")
+    return report.as_json()
 
 
 def _placement(cfg: LLMConfig) -> dict[str, Any]:
