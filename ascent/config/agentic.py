@@ -95,6 +95,13 @@ class AgenticSection(Section):
         description="Added to a solve turn whose program a validated generated test breaks; "
         "the test generator's turn gets the opposite.",
     )
+    testgen_reward_weight: float = Field(
+        1.0,
+        ge=0.0,
+        description="Scales the test generator's own immediate reward (-adversarial_penalty "
+        "when one of its confirmed tests breaks the attempt, else 0); acts when the policy "
+        "plays testgen.",
+    )
     unparsable_reward: float = Field(
         -0.1,
         le=0.0,
@@ -166,6 +173,7 @@ class AgenticSection(Section):
             "api_max_tokens": "no role is served by the API",
             "max_generated_tests": 'testgen = "off"',
             "adversarial_penalty": 'testgen = "off"',
+            "testgen_reward_weight": "testgen not played by the policy (only its turns train)",
             "summarize_threshold": 'summarizer = "off"',
         }
         active = {
@@ -173,6 +181,7 @@ class AgenticSection(Section):
             "api_max_tokens": bool(roles.by_source("api")),
             "max_generated_tests": roles.testgen != "off",
             "adversarial_penalty": roles.testgen != "off",
+            "testgen_reward_weight": roles.testgen == "policy",
             "summarize_threshold": roles.summarizer != "off",
         }
         for key, why in idle.items():

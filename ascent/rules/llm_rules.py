@@ -338,6 +338,7 @@ _TRAINING_ONLY_AGENTIC = {
     "max_staleness": "asynchronous training",
     "max_skipped_steps": "training steps",
     "api_max_tokens": "training; an evaluation's API roles answer up to [eval] max_new_tokens",
+    "testgen_reward_weight": "training (it weights a policy-played test generator's reward)",
 }
 
 

@@ -100,6 +100,7 @@ class EpisodeSource:
             unparsable_reward=a.unparsable_reward,
             max_generated_tests=a.max_generated_tests,
             default_language=cfg.reward.code.default_language,
+            testgen_reward_weight=a.testgen_reward_weight,
         )
 
     def _draw(self):

@@ -86,6 +86,7 @@ def test_single_completion_features_are_refused_in_agentic_runs(setting):
         (["agentic.off_policy_correction=false", "agentic.correction_clip=3"], "correction"),
         (["agentic.api_max_tokens=100"], "no role is served by the API"),
         (['agentic.roles.testgen="off"', "agentic.adversarial_penalty=-1"], "testgen"),
+        (['agentic.roles.testgen="api"', "agentic.testgen_reward_weight=2"], "testgen not played"),
         (['agentic.roles.summarizer="off"', "agentic.summarize_threshold=100"], "summarizer"),
     ],
 )

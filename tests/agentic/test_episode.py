@@ -136,6 +136,33 @@ def test_unparsable_outputs_are_penalised_turns_and_a_confirmed_test_costs_the_s
     assert feedback[1].startswith("No program found")
 
 
+@pytest.mark.parametrize("weight", [0.0, 2.0])
+def test_the_test_generators_reward_has_its_own_weight(pool, tokenizer, weight):
+    """Its confirmed test breaks the attempt: the solver pays the penalty (-0.5) whatever the
+    weight, the test generator earns weight x 0.5."""
+    policy = ScriptedPolicy(
+        tokenizer,
+        {"solver": [fenced(WRONG), fenced(RIGHT)], "testgen": [json_tests(("5\n", "10\n"))] * 2},
+    )
+    roles = {"hypothesis": "off", "solver": "policy", "testgen": "policy", "summarizer": "off"}
+    episode = asyncio.run(
+        runner(pool, tokenizer, policy, roles=roles, testgen_reward_weight=weight).run(
+            double_problem(), 5
+        )
+    )
+    solver = [t for t in episode.turns if t.role == "solver"]
+    testgen = [t for t in episode.turns if t.role == "testgen"]
+    assert solver[0].reward == pytest.approx(0.3 - 0.5)
+    assert testgen[0].reward == pytest.approx(weight * 0.5)
+
+
+def test_the_test_generator_is_asked_for_boundary_and_stress_cases():
+    from ascent.rollout.agentic.formats import INSTRUCTIONS
+
+    asked = INSTRUCTIONS["testgen"]
+    assert "boundary cases" in asked and "stress cases" in asked and "maximal size" in asked
+
+
 def test_rows_hold_policy_tokens_with_mask_one_and_observations_with_mask_zero(pool, tokenizer):
     policy = ScriptedPolicy(tokenizer, {"solver": [fenced(ECHO), fenced(RIGHT)]})
     roles = {"hypothesis": "off", "solver": "policy", "testgen": "scripted", "summarizer": "off"}

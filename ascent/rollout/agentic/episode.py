@@ -43,6 +43,7 @@ class EpisodeSettings:
     unparsable_reward: float
     max_generated_tests: int
     default_language: str
+    testgen_reward_weight: float = 1.0  # the test generator's reward: weight x -penalty
 
 
 def reference_users(roles: Mapping[str, str]) -> list[str]:
@@ -156,7 +157,7 @@ class EpisodeRunner:
                 tests_turn.parsed, tests_turn.reward = False, self.s.unparsable_reward
                 tests_turn.note = "no tests could be read"
             else:
-                tests_turn.reward = -penalty
+                tests_turn.reward = -penalty * self.s.testgen_reward_weight
         # Submit the best attempt: compiled and passing the samples, then the most tests
         # passed; the latest of equals (it read the most feedback).
         rank = (int(verdict.compiled and verdict.samples_ok is not False), verdict.passed)

@@ -37,8 +37,11 @@ INSTRUCTIONS = {
     "reads standard input and writes standard output, in one fenced code block "
     "(```python ... ```).",
     "testgen": "You write tests that break wrong programs for a competitive-programming "
-    'problem. Answer with a JSON list of {"input": "...", "output": "..."} objects in one '
-    "```json block; only tests whose output the reference solution reproduces count.",
+    "problem. Include boundary cases (the smallest and largest values the constraints allow, "
+    "empty or single-element inputs, equal elements, overflow limits) and stress cases "
+    "(inputs at the maximal size, which expose programs that are too slow). Answer with a "
+    'JSON list of {"input": "...", "output": "..."} objects in one ```json block; only tests '
+    "whose output the reference solution reproduces count.",
     "summarizer": "You compress the transcript of a competitive-programming attempt: keep the "
     "key observations, what was tried and why it failed, in a few short paragraphs.",
 }
