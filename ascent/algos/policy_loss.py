@@ -136,6 +136,27 @@ def ppo_clip(inp: PolicyLossInput, params: PolicyLossParams) -> tuple[Tensor, di
     return loss, {**metrics, **clip_metrics, **w_metrics}
 
 
+@POLICY_LOSSES.register("vanilla_pg", uses=frozenset())
+def vanilla_pg(inp: PolicyLossInput, params: PolicyLossParams) -> tuple[Tensor, dict[str, Tensor]]:
+    """The actor-critic policy gradient, without a trust region: -A x ratio per token.
+
+    At ratio 1 (the first gradient step on fresh samples) its gradient is -A grad log pi,
+    the plain actor-critic step (Sutton et al. 1999); on later minibatches of the same
+    rollout the ratio weights the samples by how far the policy has moved, but nothing
+    clips it: the step that PPO's clip was introduced to bound.
+
+    Args:
+        inp: logp, old_logp, advantages, mask (B, T).
+        params: unused (no clip, no behaviour weight).
+
+    Returns:
+        (B, T) per-token loss (0 off the mask) and detached scalar metrics (clip_ratio 0).
+    """
+    ratio = torch.exp(inp.logp - inp.old_logp)
+    loss, metrics = _finish(-inp.advantages * ratio, None, inp, ratio)
+    return loss, {**metrics, "clip_ratio": torch.zeros((), device=ratio.device)}
+
+
 @POLICY_LOSSES.register("gspo", uses=_USES)
 def gspo(inp: PolicyLossInput, params: PolicyLossParams) -> tuple[Tensor, dict[str, Tensor]]:
     """Group Sequence Policy Optimization: one clipped ratio per sequence.

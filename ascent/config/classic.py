@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
@@ -81,6 +81,11 @@ class ClassicTrainSection(Section):
     )
     gamma: float = Field(0.99, ge=0.0, le=1.0, description="Discount factor.")
     gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
+    objective: Literal["ppo", "actor_critic"] = Field(
+        "ppo",
+        description="ppo: the clipped surrogate; actor_critic: the plain policy gradient "
+        "-A x ratio, no clip (the step before PPO in the actor-critic -> PPO progression).",
+    )
     clip_range: float = Field(
         0.2, gt=0.0, lt=1.0, description="PPO clip: the ratio is kept within [1 - c, 1 + c]."
     )
@@ -98,10 +103,20 @@ class ClassicTrainSection(Section):
         0.5, ge=0.0, description="Weight of the value loss, 0.5 (V - R)^2 per step."
     )
     max_grad_norm: float = Field(
-        0.5, gt=0.0, description="Clip the global gradient norm (actor and critic together)."
+        0.5, gt=0.0, description="Clip the gradient norm to this (see grad_clip)."
+    )
+    grad_clip: Literal["global", "per_network"] = Field(
+        "global",
+        description="global: one norm over the actor and the critic together; per_network: "
+        "each network's gradient clipped to max_grad_norm on its own.",
     )
     normalize_advantages: bool = Field(
-        True, description="Whiten the advantages of each minibatch (mean 0, std 1)."
+        True, description="Whiten the advantages (mean 0, std 1) over advantage_norm's scope."
+    )
+    advantage_norm: Literal["minibatch", "rollout"] = Field(
+        "minibatch",
+        description="What normalize_advantages whitens over: each minibatch, or the whole "
+        "rollout once before the update.",
     )
     solved_return: float | None = Field(
         None,
@@ -115,6 +130,23 @@ class ClassicTrainSection(Section):
         10, ge=0, description="Checkpoint every N updates (0: only at the end)."
     )
     keep_last: int = Field(2, ge=1, description="Checkpoints to keep besides the best one.")
+
+    @model_validator(mode="after")
+    def _no_idle_keys(self) -> ClassicTrainSection:
+        """A key that cannot act under the chosen objective or normalisation is refused."""
+        if self.objective == "actor_critic":
+            for key in ("clip_range", "anneal_clip_range", "clip_range_vf"):
+                if self.explicitly_set(key):
+                    raise ValueError(
+                        f'[train] {key}: objective = "actor_critic" clips nothing; remove '
+                        'the key, or use objective = "ppo"'
+                    )
+        if self.explicitly_set("advantage_norm") and not self.normalize_advantages:
+            raise ValueError(
+                "[train] advantage_norm: normalize_advantages = false, so nothing is whitened; "
+                "remove the key or set normalize_advantages = true"
+            )
+        return self
 
 
 class ClassicOptimSection(Section):

@@ -144,7 +144,9 @@ class AlgorithmSection(Section):
         description="Advantage estimator: gae, grpo, dr_grpo, length_adaptive_gae, rloo, "
         "reinforce_pp, reinforce_pp_baseline.",
     )
-    policy_loss: str = Field("ppo_clip", description="Policy loss: ppo_clip, gspo, cispo, sapo.")
+    policy_loss: str = Field(
+        "ppo_clip", description="Policy loss: ppo_clip, gspo, cispo, sapo, vanilla_pg."
+    )
     loss_agg: str = Field(
         "seq_mean_token_mean",
         description=(

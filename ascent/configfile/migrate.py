@@ -330,6 +330,22 @@ def _fit_llm(m: _Migrator, values: dict[str, Assignment]) -> None:
         _fit_replay(m, values, meta, adv, value)
 
 
+def _fit_classic(m: _Migrator, values: dict[str, Assignment]) -> None:
+    """A write-up that gives learning rates and says nothing of a schedule keeps them
+    constant; ascent's default anneals them linearly to 0, so the migrated file says so.
+    (An ascent config, every key already in place, comes through unchanged.)"""
+    foreign = any(KEPT < a.rank < SETTINGS_RANK for a in values.values())  # a key moved
+    rates = [t for t in ("optim.lr_actor", "optim.lr_critic") if t in values]
+    if foreign and rates and "optim.anneal_lr" not in values:
+        m.add(
+            values,
+            "optim.anneal_lr",
+            False,
+            "the file's learning rates are constant, as it gives no schedule (ascent's "
+            "default decays them linearly to 0)",
+        )
+
+
 def _fit_replay(m: _Migrator, values: dict[str, Assignment], meta: Any, adv: Any, value) -> None:
     item = values["sampling.replay_ratio"]
     if meta is not None and meta.get("needs_groups"):
@@ -386,6 +402,8 @@ def migrate_data(data: dict[str, Any], source: str, settings: dict[str, Any] | N
     _fit_versions(m, values)
     if kind == "llm":
         _fit_llm(m, values)
+    else:
+        _fit_classic(m, values)
     for target, item in values.items():
         if item.origin:
             m.comments.setdefault(target, _comment(item))

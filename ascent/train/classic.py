@@ -51,6 +51,8 @@ threshold), solved_at_step and solved_wall_s (null when never solved), final_met
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +104,7 @@ from ascent.train.updates import clip_and_norm
 
 GAE = ADVANTAGES.get("gae")
 CLIPPED_SURROGATE = POLICY_LOSSES.get("ppo_clip")
+PLAIN_GRADIENT = POLICY_LOSSES.get("vanilla_pg")  # [train] objective = "actor_critic"
 MEAN = AGGREGATIONS.get("token_mean")  # average over the minibatch's decision steps
 REQUIRED = ("update", "agent", "optimizer", "rng", "runner")
 PROGRESS_FIELDS = {
@@ -148,7 +151,8 @@ def train_classic(cfg: ClassicConfig, run_dir: RunDir) -> dict[str, Any]:
             gae = GAE(buffer.advantage_batch(), gae_params)
             advantages, returns = gae.advantages.T, gae.returns.T  # rows were envs: back to (T, N)
             ev = explained_variance(buffer.values, returns, buffer.mask).item()
-            clip = PolicyLossParams(schedule["policy/clip_range"], schedule["policy/clip_range"])
+            limit = schedule.get("policy/clip_range")  # None: actor_critic clips nothing
+            clip = PolicyLossParams() if limit is None else PolicyLossParams(limit, limit)
             losses = ppo_update(
                 agent, optimizer, buffer.samples(advantages, returns), cfg.train, clip
             )
@@ -214,12 +218,11 @@ def anneal(optimizer: torch.optim.Optimizer, cfg: ClassicConfig, update: int) ->
     lr_frac = frac if cfg.optim.anneal_lr else 1.0
     actor, critic = optimizer.param_groups
     actor["lr"], critic["lr"] = lr_frac * cfg.optim.lr_actor, lr_frac * cfg.optim.lr_critic
+    rates = {"optim/lr_actor": actor["lr"], "optim/lr_critic": critic["lr"]}
+    if cfg.train.objective == "actor_critic":  # nothing is clipped
+        return rates
     clip = cfg.train.clip_range * (frac if cfg.train.anneal_clip_range else 1.0)
-    return {
-        "optim/lr_actor": actor["lr"],
-        "optim/lr_critic": critic["lr"],
-        "policy/clip_range": clip,
-    }
+    return rates | {"policy/clip_range": clip}
 
 
 def ppo_update(
@@ -231,7 +234,9 @@ def ppo_update(
 ) -> dict[str, float]:
     """update_epochs passes over shuffled minibatches; the metrics averaged over minibatches."""
     history: list[dict[str, Tensor]] = []
-    params = list(agent.parameters())
+    if train.normalize_advantages and train.advantage_norm == "rollout":
+        whitened = masked_whiten(samples.advantages[None], samples.mask[None])[0]
+        samples = dataclasses.replace(samples, advantages=whitened)
     for _ in range(train.update_epochs):
         for index in torch.randperm(len(samples), device=samples.mask.device).split(
             train.batch_size
@@ -239,11 +244,24 @@ def ppo_update(
             loss, metrics = ppo_loss(agent, samples.select(index), train, clip)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            # stops the run on a non-finite gradient, before the weights take it
-            metrics["optim/grad_norm"] = torch.tensor(clip_and_norm(params, train.max_grad_norm))
+            metrics |= _clip_gradients(agent, train)
             optimizer.step()
             history.append(metrics)
     return {key: torch.stack([m[key] for m in history]).mean().item() for key in history[0]}
+
+
+def _clip_gradients(agent: ActorCritic, train: ClassicTrainSection) -> dict[str, Tensor]:
+    """Clip as `[train] grad_clip` says and return the norms before clipping (a non-finite
+    one stops the run before the weights take it)."""
+    actor, critic = agent.actor_parameters(), list(agent.critic.parameters())
+    if train.grad_clip == "global":
+        return {"optim/grad_norm": torch.tensor(clip_and_norm(actor + critic, train.max_grad_norm))}
+    a, c = clip_and_norm(actor, train.max_grad_norm), clip_and_norm(critic, train.max_grad_norm)
+    return {
+        "optim/grad_norm": torch.tensor(math.hypot(a, c)),
+        "optim/grad_norm_actor": torch.tensor(a),
+        "optim/grad_norm_critic": torch.tensor(c),
+    }
 
 
 def ppo_loss(
@@ -258,9 +276,10 @@ def ppo_loss(
     values = agent.value(batch.obs)
     mask = batch.mask[None]
     advantages = batch.advantages[None]
-    if train.normalize_advantages:
+    if train.normalize_advantages and train.advantage_norm == "minibatch":
         advantages = masked_whiten(advantages, mask)
-    surrogate, policy_metrics = CLIPPED_SURROGATE(
+    policy_objective = PLAIN_GRADIENT if train.objective == "actor_critic" else CLIPPED_SURROGATE
+    surrogate, policy_metrics = policy_objective(
         PolicyLossInput(logp[None], batch.logp[None], advantages, mask), clip
     )
     value_err, value_metrics = value_loss(

@@ -201,3 +201,14 @@ def test_new_losses_vanish_at_zero_advantage_and_take_behaviour_weights(name):
     loss, metrics = POLICY_LOSSES.get(name)(weighted, params)
     torch.testing.assert_close(loss, base.detach() * t([[2.0, 0.5]]))
     assert float(metrics["is_clip_frac"]) == pytest.approx(0.5)
+
+
+def test_vanilla_pg_is_minus_a_r_unclipped_with_the_actor_critic_gradient():
+    # ratios far outside any clip range still carry their whole gradient -A r
+    inp = inputs([[1.0, 3.0, 0.2]], [[2.0, -1.0, 0.5]], mask=[[1, 1, 0]])
+    loss, metrics = POLICY_LOSSES.get("vanilla_pg")(inp, PolicyLossParams())
+    torch.testing.assert_close(loss, t([[-2.0, 3.0, 0.0]]))
+    assert metrics["clip_ratio"].item() == 0.0
+    loss.sum().backward()
+    # d(-A r)/d logp = -A r; at r = 1 that is the actor-critic step -A (grad of log pi)
+    torch.testing.assert_close(inp.logp.grad, t([[-2.0, 3.0, 0.0]]))

@@ -20,7 +20,7 @@ def test_registries_hold_the_documented_names():
         "turn_dr_grpo",
         "turn_grpo",
     ]
-    assert POLICY_LOSSES.names() == ["cispo", "gspo", "ppo_clip", "sapo"]
+    assert POLICY_LOSSES.names() == ["cispo", "gspo", "ppo_clip", "sapo", "vanilla_pg"]
     assert AGGREGATIONS.names() == [
         "seq_mean_token_mean",
         "seq_mean_token_sum",

@@ -139,6 +139,9 @@ def test_ppo_with_its_settings_json(tmp_path, run_cli):
     assert t.save_every == 10  # [logging] save_interval
     assert cfg.logging.log_every == 1  # [logging] log_interval
     assert (cfg.optim.lr_actor, cfg.optim.lr_critic) == (3e-4, 1e-3)
+    # the write-up gives no schedule: its rates stay constant (ascent's default anneals them)
+    assert cfg.optim.anneal_lr is False
+    assert "anneal_lr = false  # added: the file's learning rates are constant" in text
     # settings.json, folded in: runtime.device / deterministic, project, paths.log_dir
     assert cfg.run.device == "cpu" and cfg.run.deterministic
     assert cfg.logging.project == "ppo-actor-critic"
