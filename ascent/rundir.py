@@ -138,8 +138,9 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
 
 def resume_point(run_path: Path) -> tuple[Path | None, list[str]]:
     """The checkpoint a resume continues from: the newest intact one, with a note for each
-    newer one passed over as damaged. With none intact, the newest, whose loading then says
-    what is wrong with it in one line."""
+    newer one passed over as damaged; with none intact, one line naming each one's damage.
+    Checkpoints from before manifests count as intact (their loading still refuses what it
+    cannot read, in one line)."""
     found = list_checkpoints(_ckpt_dir(run_path))
     notes = []
     for checkpoint in reversed(found):

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ascent.models.interface import prompt_positions
 from ascent.rollout import RolloutBatch, SamplingParams
 from ascent.rollout.sampling import truncate_logits
 from ascent.rules import LLMConfig
@@ -109,19 +110,27 @@ def truncation_mass(run: Controller, rollout: RolloutBatch, params: SamplingPara
     leave out (0 when neither is set)."""
     if not params.top_k and params.top_p >= 1.0:
         return 0.0
-    actor = run.actor
-    ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
-    mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
-    start = rollout.prompt_ids.shape[1]
-    with torch.no_grad(), actor.compute():
-        logits = actor.model(input_ids=ids, attention_mask=mask).logits
-    # position t's logits predict token t + 1: the responses' are start - 1 .. end - 1
-    logits = logits[:, start - 1 : -1].float() / max(params.temperature, 1e-6)
-    full = torch.softmax(logits, -1)
-    kept = truncate_logits(logits, params.top_k, params.top_p).isfinite()
-    left_out = (full * ~kept).sum(-1)
+    left_out = torch.cat(
+        [_left_out(run, rollout.select(slice(i, i + 4)), params) for i in range(0, len(rollout), 4)]
+    )  # a few rows at a time: full-vocabulary logits are the big tensor here
     where = rollout.response_mask.bool()
     return float(left_out[where].mean()) if bool(where.any()) else 0.0
+
+
+def _left_out(run: Controller, rows: RolloutBatch, params: SamplingParams) -> Tensor:
+    """(B, R) probability outside the top-k / top-p set at each response position, under the
+    trainer's forward (positions counted from each row's first real prompt token)."""
+    ids = torch.cat([rows.prompt_ids, rows.response_ids], dim=1)
+    mask = torch.cat([rows.prompt_mask.long(), torch.ones_like(rows.response_ids)], dim=1)
+    start = rows.prompt_ids.shape[1]
+    with torch.no_grad(), run.actor.compute():
+        out = run.actor.model(
+            input_ids=ids, attention_mask=mask, position_ids=prompt_positions(mask)
+        )
+    # position t's logits predict token t + 1: the responses' are start - 1 .. end - 1
+    logits = out.logits[:, start - 1 : -1].float() / params.temperature
+    kept = truncate_logits(logits, params.top_k, params.top_p).isfinite()
+    return (torch.softmax(logits, -1) * ~kept).sum(-1)
 
 
 def _sync_works(run: Controller, prompts: list[list[int]], base_gap: float) -> tuple[bool, str]:

@@ -75,9 +75,10 @@ def test_the_truncation_mass_of_top_k_1_is_one_minus_the_top_probability(tmp_pat
         run.rollouts.sampling, torch.Generator().manual_seed(cfg.run.seed),
     )  # fmt: skip
     ids = torch.cat([sampled.prompt_ids, sampled.response_ids], 1)
-    mask = torch.cat([sampled.prompt_mask, sampled.response_mask], 1)
+    mask = torch.cat([sampled.prompt_mask.long(), torch.ones_like(sampled.response_ids)], 1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # counted from each row's first token
     with torch.no_grad():
-        logits = run.actor.model(input_ids=ids, attention_mask=mask).logits
+        logits = run.actor.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
     start = sampled.prompt_ids.shape[1]
     top = torch.softmax(logits[:, start - 1 : -1].float(), -1).max(-1).values
     expected = float((1 - top)[sampled.response_mask.bool()].mean())
