@@ -135,7 +135,10 @@ class SandboxSection(Section):
         2000, ge=1, description="CPU time per run (a row's time_limit_ms column overrides it)."
     )
     wall_limit_factor: float = Field(
-        2.0, ge=1.0, description="Wall-clock limit per run, as a multiple of its CPU time limit."
+        2.0,
+        ge=1.0,
+        description="Wall-clock limit per run, as a multiple of its CPU time limit; time spent "
+        "waiting for a CPU on a busy machine does not count (up to 5 times the limit).",
     )
     memory_mb: int = Field(
         512,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -118,6 +119,32 @@ def test_row_time_limit_replaces_the_config_limit(pool):
     tight = pool.run_program(code, "python", limits=Limits.for_run(FAST, 100))
     assert generous.status == "ok"
     assert tight.status == "timeout"
+
+
+# A run that keeps every core busy with children of its own before it does its work, so the
+# work waits for a CPU whatever else the machine runs (the sandbox may have a cgroup of its own,
+# which other jobs on the host could not crowd).
+LOADED = (
+    "import os, time\n"
+    "for _ in range((os.cpu_count() or 1) + 2):\n"
+    "    if os.fork() == 0:\n"
+    "        while True: pass\n"
+)
+
+
+def test_waiting_for_a_cpu_does_not_count_against_the_wall_limit(pool):
+    # 300 ms of computing under a 400 ms wall limit, on a machine this busy, takes longer than
+    # 400 ms of real time. The time spent queued for a CPU is the load's, not the program's:
+    # the run must not be timed out for it.
+    limits = dataclasses.replace(Limits.for_run(FAST, 1000), wall_ms=400)
+    compute = "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('done')\n"
+    computed = pool.run_program(LOADED + compute, "python", limits=limits)
+    assert computed.time_ms > 400, "the load did not slow the program: the test shows nothing"
+    assert (computed.status, computed.stdout) == ("ok", "done\n"), computed.detail
+    # A program that waits is still stopped at the wall limit, busy machine or not.
+    slept = pool.run_program(LOADED + "time.sleep(30)\n", "python", limits=limits)
+    assert slept.status == "timeout"
+    assert 400 <= slept.time_ms < 1500
 
 
 def test_large_stdin_and_stdout_pass_through_intact(pool):

@@ -251,7 +251,7 @@ class Worker:
             self.start()
             if self._cgroup is not None:
                 self._cgroup.before_run((limits.memory_mb << 20) + (limits.output_kb << 10))
-            raw = self._call(request, limits.wall_ms / 1000 + HOST_GRACE_S, payload)
+            raw = self._call(request, limits.wall_cap_ms / 1000 + HOST_GRACE_S, payload)
             if self._cgroup is not None and "started" in raw:
                 peak, raw["oom_killed"] = self._cgroup.after_run()
                 if peak is not None:
