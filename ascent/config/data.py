@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Literal
 
@@ -47,8 +48,8 @@ class ColumnsSection(Section):
     )
 
 
-class DataSection(Section):
-    """`[data]`: the problems a run trains and evaluates on."""
+class ProblemSource(Section):
+    """One set of problems: a built-in task or a data file, its split and its prompt."""
 
     task: str = Field("arithmetic", description="Built-in task: arithmetic or countdown.")
     path: str | None = Field(
@@ -90,7 +91,6 @@ class DataSection(Section):
         "`ascent data grade`) is one of these, e.g. ['medium', 'hard']; the held-out "
         "split (and eval_path) is filtered too. Unset: every row.",
     )
-    shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
     seed: int | None = Field(
         None,
         ge=0,
@@ -102,11 +102,6 @@ class DataSection(Section):
         description="Format string for what the policy sees: {prompt} is the task's prompt; "
         "the task's columns ({a} {op} {b} of arithmetic, {numbers} {target} of countdown, "
         "[data.columns] extra) may also be used.",
-    )
-    chat_template: Literal["auto", "on", "off"] = Field(
-        "auto",
-        description="Send the rendered prompt as one user message through the tokenizer's chat "
-        "template: auto (when the tokenizer has one), on (required), off.",
     )
     arithmetic: ArithmeticSection = Field(
         default_factory=ArithmeticSection, description="Arithmetic task settings."
@@ -167,4 +162,72 @@ class DataSection(Section):
                 f"[data] task: problems come from path ({self.path}), so the built-in task "
                 f"'{self.task}' would be ignored; remove one of the two keys"
             )
+        return self
+
+
+SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+# Keys that say what one set of problems is: with [[data.sources]] each source sets its own.
+SOURCE_KEYS = tuple(ProblemSource.model_fields)
+
+
+class DataSourceSection(ProblemSource):
+    """`[[data.sources]]`: one of several problem sets a run draws from, with its share of
+    the prompts (SRPO's stage 2 trains on math and code together)."""
+
+    name: str = Field(
+        description="The source's name, in its metrics (eval/NAME/accuracy) and problem keys."
+    )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        description="Share of the training prompts drawn from this source, relative to the "
+        "other sources' weights (a source smaller than its share is repeated within an epoch).",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not SOURCE_NAME.fullmatch(value):
+            raise ValueError(
+                f"[[data.sources]] name: {value!r} must be 1-40 letters, digits, '_' or '-' "
+                '(it names metrics), e.g. name = "math"'
+            )
+        return value
+
+
+class DataSection(ProblemSource):
+    """`[data]`: the problems a run trains and evaluates on: one source (these keys), or
+    several (`[[data.sources]]`, each with these keys and a weight)."""
+
+    sources: list[DataSourceSection] = Field(
+        default_factory=list,
+        description="Several problem sets drawn from together, each a table with [data]'s "
+        "keys plus name and weight; training batches mix them by weight, evaluation covers each "
+        "source's held-out problems and reports accuracy per source.",
+    )
+    shuffle: bool = Field(True, description="Shuffle training problems each epoch (seeded).")
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Send the rendered prompt as one user message through the tokenizer's chat "
+        "template: auto (when the tokenizer has one), on (required), off.",
+    )
+
+    @property
+    def parts(self) -> list[ProblemSource]:
+        """What the problems come from: the sources, or this section itself."""
+        return list(self.sources) or [self]
+
+    @model_validator(mode="after")
+    def _sources_own_their_keys(self) -> DataSection:
+        if not self.sources:
+            return self
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError("[[data.sources]] two sources share a name; give each its own")
+        for key in SOURCE_KEYS:
+            if self.explicitly_set(key):
+                raise ValueError(
+                    f"[data] {key}: with [[data.sources]] each source sets its own; move the "
+                    "key into the sources that need it"
+                )
         return self

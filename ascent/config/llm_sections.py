@@ -388,7 +388,11 @@ class StageSection(Section):
     Stage N+1 starts from stage N's final weights."""
 
     name: str = Field(..., min_length=1, description="Stage name (its run sub-directory).")
-    data: dict[str, Any] = Field(default_factory=dict, description="Overrides of [data].")
+    data: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of [data]; sources here replace the top level's path or task, "
+        "and a path or task replaces its sources.",
+    )
     rollout: dict[str, Any] = Field(default_factory=dict, description="Overrides of [rollout].")
     algorithm: dict[str, Any] = Field(default_factory=dict, description="Overrides of [algorithm].")
     critic: dict[str, Any] = Field(default_factory=dict, description="Overrides of [critic].")

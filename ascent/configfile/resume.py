@@ -33,6 +33,7 @@ LLM_FIXED: tuple[tuple[str, str], ...] = (
     ("critic.architecture", "the checkpoint holds the critic of the old architecture"),
     ("critic.name_or_path", "the checkpoint holds the old critic's weights"),
     ("run.seed", "a resumed run continues the random streams its checkpoint holds"),
+    ("data.sources", _DATA),
     ("data.task", _DATA),
     ("data.path", _DATA),
     ("data.format", _DATA),

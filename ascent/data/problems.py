@@ -18,6 +18,7 @@ class Problem:
     answer: str  # the gold answer (for math rewards and evaluation)
     # Extra reward columns, passed to reward functions by name (countdown: numbers, target).
     columns: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # the [[data.sources]] name it came from ("": the run has one source)
 
 
 def is_held_out(key: str) -> bool:

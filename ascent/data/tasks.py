@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ascent.config.data import DataSection
+from ascent.config.data import DataSection, DataSourceSection, ProblemSource
 from ascent.data.arithmetic import sample_arithmetic
 from ascent.data.countdown import sample_countdown
 from ascent.data.files import load_problems
@@ -35,6 +35,7 @@ def _countdown(cfg: DataSection, n: int, **kw: object) -> list[Problem]:
 class TaskData:
     train: list[Problem]  # training problems (repeats possible on small problem spaces)
     eval: list[Problem]  # distinct held-out problems, disjoint from any training set
+    weights: dict[str, float] | None = None  # [[data.sources]]: each source's share of prompts
 
 
 def _shuffled(problems: list[Problem], seed: int) -> list[Problem]:
@@ -43,14 +44,14 @@ def _shuffled(problems: list[Problem], seed: int) -> list[Problem]:
     return out
 
 
-def _from_builtin(cfg: DataSection, seed: int) -> TaskData:
+def _from_builtin(cfg: ProblemSource, seed: int) -> TaskData:
     sample = TASKS.get(cfg.task)
     train = sample(cfg, cfg.builtin_train_size, held_out=False, seed=seed, distinct=False)
     held_out = sample(cfg, cfg.eval_size, held_out=True, seed=EVAL_SEED, distinct=True)
     return TaskData(train=train, eval=held_out)
 
 
-def _from_files(cfg: DataSection, seed: int) -> TaskData:
+def _from_files(cfg: ProblemSource, seed: int) -> TaskData:
     """The file's rows in a seeded order; the held-out set is drawn with EVAL_SEED, so it
     does not move with the run's seed, and no training problem shares its key. `[data]
     difficulty` filters both splits: a run is validated on the buckets it trains on."""
@@ -77,15 +78,40 @@ def _from_files(cfg: DataSection, seed: int) -> TaskData:
     return TaskData(train=train[: cfg.train_size or len(train)], eval=held)
 
 
+def _load_one(cfg: ProblemSource, seed: int) -> TaskData:
+    data_seed = seed if cfg.seed is None else cfg.seed
+    task = _from_builtin(cfg, data_seed) if cfg.path is None else _from_files(cfg, data_seed)
+    render_prompt(cfg.prompt_template, task.eval[0])  # a bad template fails here, not mid-run
+    return task
+
+
+def _tagged(problem: Problem, source: DataSourceSection) -> Problem:
+    """A source's problem as the run sees it: its own template applied (the run's is
+    "{prompt}"), its key prefixed with the source so two sources never share one."""
+    return Problem(
+        key=f"{source.name}/{problem.key}",
+        prompt=render_prompt(source.prompt_template, problem),
+        answer=problem.answer,
+        columns=problem.columns,
+        source=source.name,
+    )
+
+
 def load_task(cfg: DataSection, seed: int) -> TaskData:
     """The training split (drawn or shuffled with `[data] seed`, else the run's seed) and the
-    held-out split, which is the same for every seed."""
-    data_seed = seed if cfg.seed is None else cfg.seed
+    held-out split, which is the same for every seed. With `[[data.sources]]`: every source's
+    splits together, each problem tagged with its source, and the sources' weights."""
+    where = "[data]"
     try:
-        task = _from_builtin(cfg, data_seed) if cfg.path is None else _from_files(cfg, data_seed)
-        render_prompt(cfg.prompt_template, task.eval[0])  # a bad template fails here, not mid-run
-    except ValueError as err:
-        raise ConfigError(f"[data] {err}") from None
-    except AscentError as err:
-        raise ConfigError(f"[data] {err}") from None
-    return task
+        if not cfg.sources:
+            return _load_one(cfg, seed)
+        train: list[Problem] = []
+        held: list[Problem] = []
+        for source in cfg.sources:
+            where = f"[[data.sources]] {source.name}:"
+            part = _load_one(source, seed)
+            train += [_tagged(p, source) for p in part.train]
+            held += [_tagged(p, source) for p in part.eval]
+        return TaskData(train, held, weights={s.name: s.weight for s in cfg.sources})
+    except (ValueError, AscentError) as err:
+        raise ConfigError(f"{where} {err}") from None

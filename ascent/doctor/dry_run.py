@@ -75,7 +75,7 @@ def _defaults(cfg: LLMConfig) -> list[Check]:
                          f"the built-in {_TINY} (1 M parameters, a demo); set it to your policy's "
                          "hub id or directory"))  # fmt: skip
     data = cfg.data
-    if not (data.explicitly_set("path") or data.explicitly_set("task")):
+    if not (data.sources or data.explicitly_set("path") or data.explicitly_set("task")):
         out.append(Check("data", "warn", f"the config names no data: the built-in "
                          f"'{data.task}' task trains; set [data] path (a JSONL / Parquet file, a "
                          "datasets directory or an ascent: set) or [data] task"))  # fmt: skip

@@ -158,6 +158,11 @@ def load_source(cfg: LLMConfig) -> ProblemSource:
         )
     from ascent.data import load_task
 
+    if cfg.data.sources:
+        raise ConfigError(
+            f'[eval] problems = "{HELD_OUT}" reads one problem set, and [data] has several '
+            "([[data.sources]]); name the problem file in [eval] problems"
+        )
     name = format_name(cfg.data)
     if name not in FORMATS:
         raise ConfigError(

@@ -254,6 +254,42 @@ def reward_spike_collapse(
     return None
 
 
+# The SRPO write-up reads a rising rate of reflection words ("wait", "recheck", ...) as the
+# policy learning to check its own work, and shows it rising within the first few hundred
+# steps. The step its text names is not in the transcription this project has, so ascent uses
+# 200; the rule is an argument like every other threshold.
+REFLECTION_BY_STEP = 200
+REASONING_LENGTH = 64  # tokens: shorter completions have no room to reflect in, so no rule
+
+
+def reflection_flat(
+    rows: Sequence[Row],
+    by_step: int = REFLECTION_BY_STEP,
+    window: int = 10,
+    rise: float = 0.02,
+) -> Finding | None:
+    """By `by_step`, the smoothed reflection/rate has not risen `rise` above where it began,
+    in a run whose completions are long enough to reason in. Accuracy may still rise (then
+    nothing is wrong); when it does not either, the policy is not learning to reason."""
+    rate = _rolling(_series(rows, "reflection/rate"), window)
+    lengths = [v for _, v in _series(rows, "completions/mean_length")]
+    if not rate or rate[-1][0] < by_step or _mean(lengths[-window:]) < REASONING_LENGTH:
+        return None
+    start, (last_step, last) = rate[0][1], rate[-1]
+    if last - start >= rise:
+        return None
+    return Finding(
+        "reflection_flat",
+        last_step,
+        f"the reflection rate has not risen by step {last_step} ({start:.1%} -> {last:.1%} of "
+        "completions with a reflection word)",
+        "if held-out accuracy is rising, nothing is wrong; if not, give the policy room to "
+        "reason (raise rollout.max_new_tokens, lower completions/clipped_ratio), start from a "
+        "model that reasons step by step, and check that logging.reflection_words are words "
+        "this model uses",
+    )
+
+
 RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
     nan_loss,
     kl_high,
@@ -263,6 +299,7 @@ RULES: tuple[Callable[[Sequence[Row]], Finding | None], ...] = (
     length_collapse,
     reward_hacking,
     reward_spike_collapse,
+    reflection_flat,
     entropy_collapse,
     classic_entropy_low,
     loss_oscillating,

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ascent.config import names
 from ascent.config.agentic import AgenticSection
+from ascent.config.data import SOURCE_KEYS
 from ascent.config.llm_sections import AlgorithmSection, LLMSections, RolloutSection, StageSection
 from ascent.rules import llm_rules
 from ascent.rules.agentic import AgenticField
@@ -43,6 +44,12 @@ class LLMConfig(LLMSections):
 
     def _stage_config(self, stage: StageSection) -> LLMConfig:
         base = self.model_dump(exclude={"stages"})
+        # A stage that names its problems replaces the top level's: sources replace one path
+        # or task (SRPO: math first, then math and code), and one path or task replaces sources.
+        if "sources" in stage.data:
+            base["data"] = {k: v for k, v in base["data"].items() if k not in SOURCE_KEYS}
+        elif {"path", "task"} & set(stage.data):
+            base["data"]["sources"] = []
         return LLMConfig.model_validate(_merged(base, stage.model_dump(exclude={"name"})))
 
     @field_validator("algorithm")

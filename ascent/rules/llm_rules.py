@@ -66,7 +66,12 @@ def task_reward_and_checkpoints(cfg: LLMSections) -> None:
             "agentic episodes yet; remove it, or check the engine without [agentic] first "
             "(ascent doctor --numerics)"
         )
-    builtin_countdown = cfg.data.path is None and cfg.data.task == "countdown"
+    if cfg.data.sources and cfg.agentic.enabled:
+        raise ValueError(
+            "[[data.sources]]: agentic episodes draw from one problem set; give [data] one "
+            "path or task, or train without [agentic]"
+        )
+    builtin_countdown = any(s.path is None and s.task == "countdown" for s in cfg.data.parts)
     if builtin_countdown and "countdown" not in cfg.reward.functions:
         raise ValueError(
             "[reward] functions: the countdown task is scored by the countdown reward; "

@@ -31,11 +31,13 @@ class EvalResult:
     reward: float  # mean total reward over the problems some reward function applies to
     samples: list[dict[str, Any]] = field(default_factory=list, repr=False)
     text: dict[str, float] = field(default_factory=dict)  # reflection / code-block rates
+    by_source: dict[str, float] = field(default_factory=dict)  # [[data.sources]]: accuracy each
 
     def metrics(self) -> dict[str, float]:
         out = {"eval/reward": self.reward, **{f"eval/{k}": v for k, v in self.text.items()}}
         if self.accuracy is not None:
             out["eval/accuracy"] = self.accuracy
+        out.update({f"eval/{name}/accuracy": v for name, v in self.by_source.items()})
         return out
 
 
@@ -74,7 +76,14 @@ def evaluate(
     verdicts = [is_correct(d) for d in out.details] if out else []
     totals = out.total if out else []
     samples = [
-        {"prompt": p.prompt, "completion": c, "answer": p.answer, "reward": r, "correct": v}
+        {
+            "prompt": p.prompt,
+            "completion": c,
+            "answer": p.answer,
+            "reward": r,
+            "correct": v,
+            "source": p.source,
+        }
         for p, c, r, v in zip(problems, completions, totals, verdicts, strict=True)
     ]
     return summarize(samples)
@@ -83,13 +92,21 @@ def evaluate(
 def summarize(
     samples: list[dict[str, Any]], reflection: re.Pattern[str] | None = None
 ) -> EvalResult:
-    """Accuracy over the judged samples, mean reward over the scored ones, text rates."""
-    judged = [s["correct"] for s in samples if s["correct"] is not None]
-    accuracy = sum(judged) / len(judged) if judged else None
+    """Accuracy over the judged samples (and per source, where they come from several), mean
+    reward over the scored ones, text rates."""
     scored = [s["reward"] for s in samples if s["reward"] is not None]
     text = text_metrics([s["completion"] for s in samples], reflection)
     mean = sum(scored) / len(scored) if scored else float("nan")
-    return EvalResult(accuracy, mean, samples, text)
+    by_source: dict[str, float] = {}
+    for name in dict.fromkeys(s.get("source", "") for s in samples):
+        if name and (acc := _accuracy([s for s in samples if s.get("source") == name])) is not None:
+            by_source[name] = acc
+    return EvalResult(_accuracy(samples), mean, samples, text, by_source)
+
+
+def _accuracy(samples: list[dict[str, Any]]) -> float | None:
+    judged = [s["correct"] for s in samples if s["correct"] is not None]
+    return sum(judged) / len(judged) if judged else None
 
 
 def eval_policy(src: Rollouts, problems: list[Problem], rollout: RolloutSection) -> EvalResult:

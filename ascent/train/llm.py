@@ -112,6 +112,21 @@ def _accuracy_line(when: str, result: dict[str, float], n: int, before: dict[str
     return line
 
 
+def _by_source(
+    weights: dict[str, float] | None, before: dict[str, float], after: dict[str, float]
+) -> dict[str, Any]:
+    """Each [[data.sources]] source's held-out accuracy before and after (nothing with one)."""
+    if not weights:
+        return {}
+    key = "eval/{}/accuracy".format
+    return {
+        "eval_accuracy_by_source": {
+            name: {"before": before.get(key(name)), "after": after.get(key(name))}
+            for name in weights
+        }
+    }
+
+
 class _Clock:
     """Wall time of the run across sessions: earlier sessions' total plus this one's."""
 
@@ -340,6 +355,7 @@ def _summary(
         "eval_accuracy_after": after.get("eval/accuracy"),
         "eval_reward_before": progress.before.get("eval/reward"),
         "eval_reward_after": after.get("eval/reward"),
+        **_by_source(run.task.weights, progress.before, after),
         "eval_problems": len(run.task.eval),
         "steps": progress.step,
         "total_steps": cfg.train.total_steps,

@@ -296,7 +296,9 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> Controller:
             parts = actor.parts = with_engine_correction(parts, cfg.algorithm.engine_is_cap)
         rollouts = Rollouts(
             dist=dist,
-            sampler=PromptSampler(task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
+            sampler=PromptSampler(
+                task.train, seed=cfg.run.seed, shuffle=cfg.data.shuffle, weights=task.weights
+            ),
             formatter=PromptFormatter(cfg.data.prompt_template, tokenizer, chat),
             engine=engine,
             tokenizer=tokenizer,

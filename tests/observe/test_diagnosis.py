@@ -138,3 +138,18 @@ def test_a_reward_that_spikes_then_collapses_is_flagged_with_the_fix():
     assert "reward_spike_collapse" not in codes(rows(reward=up + [0.7] * 30, kl=[0.01] * 50))
     kept = up + [0.7 - 0.2 * i / 10 for i in range(10)] + [0.5] * 20
     assert "reward_spike_collapse" not in codes(rows(reward=kept, kl=[0.01] * 50))
+
+
+def test_a_reflection_rate_that_has_not_risen_by_step_200_is_flagged_on_long_completions():
+    n = 220
+    long = {"completions/mean_length": [300.0] * n}
+    flat = rows(**{"reflection/rate": [0.05] * n}, **long)
+    found = [f for f in diagnose(flat) if f.code == "reflection_flat"]
+    assert len(found) == 1 and found[0].step == 220
+    assert "5.0% -> 5.0%" in found[0].message and "max_new_tokens" in found[0].fix
+    rising = rows(**{"reflection/rate": [0.05 + 0.2 * i / n for i in range(n)]}, **long)
+    assert "reflection_flat" not in codes(rising)
+    # Too early to judge, or completions too short to reflect in (the tiny model's digits).
+    assert "reflection_flat" not in codes(flat[:150])
+    short = rows(**{"reflection/rate": [0.0] * n}, **{"completions/mean_length": [4.0] * n})
+    assert "reflection_flat" not in codes(short)

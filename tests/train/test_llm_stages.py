@@ -80,3 +80,42 @@ def test_plateau_settings_need_evaluations():
         load_config(None, ["train.plateau_patience=3", "train.eval_steps=0", "train.save_steps=0"])
     with pytest.raises(ConfigError, match="plateau_min_delta: plateau_patience is 0"):
         load_config(None, ["train.plateau_min_delta=0.1"])
+
+
+def test_a_stage_draws_from_weighted_sources_and_reports_accuracy_per_source(tmp_path, monkeypatch):
+    drawn: dict[str, list[str]] = {}
+    original = llm.build_run
+
+    def recording(cfg, dist):
+        run = original(cfg, dist)
+        draw = run.rollouts.sampler.draw
+
+        def spy(n):
+            out = draw(n)
+            drawn.setdefault(cfg.run.name, []).extend(d.problem.source for d in out)
+            return out
+
+        run.rollouts.sampler.draw = spy
+        return run
+
+    monkeypatch.setattr(llm, "build_run", recording)
+    sources = (
+        '[{name="add", weight=3, train_size=64, eval_size=12},'
+        ' {name="sub", weight=1, train_size=32, eval_size=8, arithmetic={operators=["-"]}}]'
+    )
+    stages = f'stages=[{{name="one"}}, {{name="mixed", data={{sources={sources}}}}}]'
+    cfg = config(tmp_path, stages, "train.total_steps=2", "train.eval_steps=2")
+    summary = train_llm(cfg, RunDir.create(cfg))
+
+    first, second = summary["stages"]
+    assert set(drawn["01-one"]) == {""}  # stage 1: the top level's one task
+    # 2 steps x 2 prompts (16 completions in groups of 8): 3 "add" for each "sub"
+    assert sorted(drawn["02-mixed"]) == ["add", "add", "add", "sub"]
+    assert "eval_accuracy_by_source" not in first and second["eval_problems"] == 20
+    by_source = second["eval_accuracy_by_source"]
+    assert set(by_source) == {"add", "sub"}
+    rows = Path(second["run_dir"], "metrics.jsonl").read_text().splitlines()
+    last = json.loads(rows[-1])
+    assert by_source["sub"]["after"] == last["eval/sub/accuracy"]
+    samples = Path(second["run_dir"], "samples", "eval-step-000002.jsonl").read_text().splitlines()
+    assert {json.loads(s)["source"] for s in samples} == {"add", "sub"}
