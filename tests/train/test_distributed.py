@@ -127,9 +127,14 @@ def sets(root: Path, *extra: str) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
+# Each segment below ends at its own total_steps; a constant learning rate keeps the schedule
+# the same as the unbroken run's (a decaying one is fitted to total_steps).
+FLAT_LR = ['optim.schedule="constant"', "optim.warmup_ratio=0"]
+
+
 @pytest.mark.timeout(600)
 def test_a_run_resumes_across_world_sizes_two_to_one_and_one_to_two(tmp_path):
-    first = ascent("train", "--nproc", "2", *sets(tmp_path, "train.total_steps=2"))
+    first = ascent("train", "--nproc", "2", *sets(tmp_path, "train.total_steps=2", *FLAT_LR))
     assert first.returncode == 0, first.stderr
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 2
@@ -138,18 +143,43 @@ def test_a_run_resumes_across_world_sizes_two_to_one_and_one_to_two(tmp_path):
     ]  # fmt: skip
 
     run = str(tmp_path / "r")
-    second = ascent("train", "--resume", run, *sets(tmp_path, "train.total_steps=4"))
+    second = ascent("train", "--resume", run, *sets(tmp_path, "train.total_steps=4", *FLAT_LR))
     assert second.returncode == 0, second.stderr
     assert "written by another number of ranks" in second.stdout
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["world_size"] == 1
 
-    third = ascent("train", "--nproc", "2", "--resume", run, *sets(tmp_path, "train.total_steps=6"))
+    third = ascent(
+        "train", "--nproc", "2", "--resume", run, *sets(tmp_path, "train.total_steps=6", *FLAT_LR)
+    )
     assert third.returncode == 0, third.stderr
-    steps = [json.loads(line)["step"] for line in (tmp_path / "r" / "metrics.jsonl").open()]
-    assert steps == [1, 2, 3, 4, 5, 6]
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 6
     assert (tmp_path / "r" / "final-model" / "model.safetensors").is_file()
+
+    # The same run unbroken on 2 ranks. Its first two steps are the broken run's, value for
+    # value; after the resume on 1 rank (which samples its completions with one generator
+    # where 2 ranks use two) the run goes on from the same place: the same prompts, the same
+    # learning rate, the same policy version.
+    whole = tmp_path / "whole"
+    unbroken = ascent("train", "--nproc", "2", *sets(whole, "train.total_steps=6", *FLAT_LR))
+    assert unbroken.returncode == 0, unbroken.stderr
+    same = [json.loads(line) for line in (whole / "r" / "metrics.jsonl").open()]
+
+    def values(row: dict) -> dict:  # what the run computed, not how long it took
+        return {k: v for k, v in row.items() if not k.startswith(("time", "tokens_per_s"))}
+
+    assert [values(r) for r in same[:2]] == [values(r) for r in rows[:2]]
+    for key in ("lr", "policy_version", "staleness", "step"):
+        assert [r.get(key) for r in same] == [r.get(key) for r in rows], key
+
+    def prompts(root: Path, step: int) -> list[str]:
+        dump = root / "r" / "samples" / f"step-{step:06d}.jsonl"
+        return sorted(json.loads(line)["prompt"] for line in dump.open())
+
+    for step in (4, 6):
+        assert prompts(whole, step) == prompts(tmp_path, step)
 
 
 @pytest.mark.slow  # the numbers are checked above; this is the whole run, with its files

@@ -48,8 +48,22 @@ def test_a_ray_run_writes_what_a_local_run_writes_plus_its_placement(tmp_path):
     assert summary.keys() == local.keys()
     assert summary["placement"] == {"backend": "ray", "placement": "pack", "rollout_replicas": 2,
                                     "reward_workers": 2, "nodes": 1}  # fmt: skip
+    # Before any update, the replicas hold the policy the local run starts from: greedy
+    # evaluation of the same held-out problems scores the same.
+    for key in ("eval_accuracy_before", "eval_reward_before", "eval_problems", "steps"):
+        assert summary[key] == local[key], key
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
+    local_rows = [json.loads(x) for x in (tmp_path / "local" / "metrics.jsonl").open()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # The same metrics, each in range; sampling differs (each replica draws with its own
+    # generator), so the values are compared with what they must be, not with the local run's.
+    assert {k for r in local_rows for k in r} <= {k for r in rows for k in r}
+    for r, mine in zip(rows, local_rows, strict=True):
+        assert r["lr"] == mine["lr"] and r["policy_version"] == mine["policy_version"]
+        assert -1.0 <= r["reward"] <= 1.0 and 0.0 <= r["frac_reward_zero_std"] <= 1.0
+        assert r["entropy"] > 0.0 and r["grad_norm"] > 0.0
+    # After each weight sync the replicas score their own samples as the trainer does.
+    assert max(r["engine/logprob_gap"] for r in rows) < 1e-4
     assert rows[-1]["cluster/rollout_restarts"] == 0 and rows[-1]["cluster/reward_restarts"] == 0
     assert rows[-1]["policy_version"] == 3  # every batch carries the version that sampled it
 
