@@ -295,6 +295,41 @@ def doctor(
 
 
 @app.command()
+def plan(
+    config: Annotated[
+        Path | None, typer.Argument(help="TOML config; omit for the built-in demo.")
+    ] = None,
+    set_: SetOption = None,
+    hardware: Annotated[
+        str,
+        typer.Option(
+            "--hardware",
+            help="Device the JSON line reports: cpu (this machine, its rates measured now), "
+            "h100, h200 or a100 (data-sheet rates). The table shows all of them.",
+        ),
+    ] = "cpu",
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="Ranks the run would train on.")] = 1,
+) -> None:
+    """Predict a run's peak memory per device, tokens per step and step time, before any
+    weight loads; the last line is one JSON object (peak_memory_mb, step_s, fits)."""
+    import json
+
+    from ascent.configfile import load_config
+    from ascent.doctor.plan import make_plan, plan_lines, report
+    from ascent.models.hardware import HARDWARE_NAMES
+    from ascent.rules import LLMConfig
+
+    if hardware not in HARDWARE_NAMES:
+        raise AscentError(f"--hardware {hardware!r}: choose one of {', '.join(HARDWARE_NAMES)}")
+    cfg = load_config(config, set_ or [])
+    if not isinstance(cfg, LLMConfig):
+        raise AscentError("ascent plan reads LLM runs; a classic PPO run's needs are its env's")
+    made = make_plan(cfg, nproc)
+    typer.echo("\n".join(plan_lines(made, hardware)))
+    typer.echo(json.dumps(report(made, hardware)))
+
+
+@app.command()
 def serve(
     model_or_run_dir: Annotated[
         str,

@@ -26,6 +26,7 @@ stopped (llm_checkpoint.py).
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import threading
 import time
@@ -110,6 +111,13 @@ def _accuracy_line(when: str, result: dict[str, float], n: int, before: dict[str
     if "eval/accuracy" in before and when == "after":
         line += f", {100 * (acc - before['eval/accuracy']):+.1f} points"
     return line
+
+
+def peak_rss_mb() -> float:
+    """The most resident memory this process has held so far (Linux reports KiB), in MiB: what
+    `ascent plan` predicts as peak_memory_mb. Engines and workers in other processes (vLLM,
+    Ray actors, sandboxes) are not counted."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _by_source(
@@ -363,6 +371,7 @@ def _summary(
         "interrupted": ended == "interrupted",
         "ended": ended,  # total_steps, plateau or interrupted
         "world_size": run.dist.world_size,
+        "peak_rss_mb": peak_rss_mb(),
         "placement": _placement(cfg),
         "weight_transport": transport,  # how the new weights reached the sampling engine
         "final_metrics": {k: v for k, v in log.last.items() if k != "step"},

@@ -61,8 +61,15 @@ def longest_prompt(task: TaskData, formatter: PromptFormatter) -> int:
     return max((len(ids) for ids in formatter.encode(problems)), default=1)
 
 
-def run_shape(cfg: LLMConfig, dist: Dist, prompt_tokens: int, model_type: str = "") -> RunShape:
-    """The settings of `cfg` the memory estimate reads, for one rank of `dist`."""
+def run_shape(
+    cfg: LLMConfig,
+    dist: Dist,
+    prompt_tokens: int,
+    model_type: str = "",
+    compute_dtype: torch.dtype | None = None,
+) -> RunShape:
+    """The settings of `cfg` the memory estimate reads, for one rank of `dist` (computing in
+    `compute_dtype`; None: what [model] dtype resolves to on dist's device)."""
     parts = algorithm_parts(cfg)
     # response_logprobs' fused head: Llama-family models, unsharded, entropy not in the loss
     fused = model_type in FUSED_HEAD_TYPES and not dist.distributed and not parts.entropy_coef
@@ -75,7 +82,7 @@ def run_shape(cfg: LLMConfig, dist: Dist, prompt_tokens: int, model_type: str = 
         rollout_rows=max(1, cfg.train.batch_size // dist.world_size),
         prompt_tokens=prompt_tokens,
         max_new_tokens=rollout.max_new_tokens,
-        compute_bytes=resolve_dtype(model.dtype, dist.device).itemsize,
+        compute_bytes=(compute_dtype or resolve_dtype(model.dtype, dist.device)).itemsize,
         gradient_checkpointing=model.gradient_checkpointing,
         lora_rank=model.lora.r if model.lora.enabled else 0,
         lora_targets=tuple(model.lora.target_modules),
@@ -90,7 +97,7 @@ def run_shape(cfg: LLMConfig, dist: Dist, prompt_tokens: int, model_type: str = 
     )
 
 
-def _model_config(cfg: LLMConfig) -> Any | None:
+def model_config(cfg: LLMConfig) -> Any | None:
     """The policy's transformers config, read from disk only (no download); None when it is
     not there (a hub id not cached yet: the loader will fetch or refuse it)."""
     from transformers import AutoConfig
@@ -117,7 +124,7 @@ def check_memory(
     or a model whose config is not on disk yet)."""
     if cfg.agentic.enabled:
         return None
-    config = _model_config(cfg)
+    config = model_config(cfg)
     if config is None:
         return None
     formatter = PromptFormatter(cfg.data.prompt_template, tokenizer, chat)
@@ -137,7 +144,7 @@ def check_prompts(
 ) -> None:
     """`check_prompt_lengths` against the policy's context (when its config.json is on disk;
     agentic runs build their prompts turn by turn and are checked as they play)."""
-    config = None if cfg.agentic.enabled else _model_config(cfg)
+    config = None if cfg.agentic.enabled else model_config(cfg)
     if config is not None:
         formatter = PromptFormatter(cfg.data.prompt_template, tokenizer, chat)
         check_prompt_lengths(cfg, config, tokenizer, formatter, task)
@@ -217,4 +224,5 @@ def refusal(
     return (
         f"the run needs about {need:,.0f} MiB{per_rank} ({estimate.breakdown()}) but {where}; "
         + ", or ".join(fixes)
+        + " (`ascent plan CONFIG` shows the same estimate on other devices)"
     )

@@ -78,6 +78,7 @@ def train_stages(
         "steps": sum(s["steps"] for s in stages),
         "total_steps": sum(s["total_steps"] for s in stages),
         "wall_s": round(sum(s["wall_s"] for s in stages), 2),
+        "peak_rss_mb": max(s.get("peak_rss_mb", 0.0) for s in stages),
         "interrupted": False,
         "final_metrics": summary["final_metrics"],
         "stages": stages,
