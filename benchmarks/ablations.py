@@ -1,11 +1,17 @@
 """The two ablations of the recipe set, on the tiny model and built-in 2-digit addition (CPU).
 
-1. History Resampling vs none (SRPO). The embedded GRPO recipe (`ascent train` with no file)
-   on a finite set of 128 training problems, 16 per step, so 50 epochs in 400 steps: the
-   policy comes to solve many of them every time, and those groups carry no gradient.
+1. History Resampling vs DAPO dynamic sampling vs neither (SRPO's comparison). The
+   embedded GRPO recipe (`ascent train` with no file) on a finite set of 128 training
+   problems, 16 per step, so 50 epochs in 400 steps: the policy comes to solve many of them
+   every time, and those groups carry no gradient. Resampling drops solved prompts at each
+   epoch's end; dynamic sampling generates extra rounds until every group in the step has
+   mixed rewards, so it spends more rollouts per step. The arms are compared at the same
+   rollout budget (400 steps x 128 completions): dynamic sampling's accuracy is read at its
+   last evaluation (every 20 steps) within that budget, and after all 400 steps besides.
    Reported per arm: the fraction of zero-variance groups late in training (mean of
-   frac_reward_zero_std over the last 20% of steps), the training reward there, and
-   held-out accuracy before / after.
+   frac_reward_zero_std over the last 20% of steps; after dynamic sampling's filter, the
+   fraction among the groups it generated), the training reward there, the completions
+   generated, and held-out accuracy before / at the budget / after.
 2. Length-adaptive GAE vs a fixed lambda (VAPO). examples/vapo.toml with its policy lambda
    varied: length-adaptive with alpha = 1.0 (the recipe), length-adaptive with the paper's
    alpha = 0.05, and fixed lambda = 0.95; critic targets use lambda 1.0 in every arm.
@@ -17,7 +23,7 @@ Each arm runs with several seeds; the tables show the mean and every seed's valu
 ablation_*.svg: per-step curves averaged over the seeds, then a 25-step moving average, and
 held-out accuracy at every evaluation.
 
-    .venv/bin/python benchmarks/ablations.py                 # both, 2 seeds: 10 min on 2 cores
+    .venv/bin/python benchmarks/ablations.py                 # both, 2 seeds: 20 min on 2 cores
     .venv/bin/python benchmarks/ablations.py --only history --seeds 42
     .venv/bin/python benchmarks/ablations.py --quick --figures /tmp/figs   # smoke test
 
@@ -53,6 +59,7 @@ FIGURES = ROOT / "benchmarks" / "figures"
 
 HISTORY_ARMS = {
     "history_resampling": ["sampling.history_resampling=true"],
+    "dynamic_sampling": ["sampling.dynamic=true", "train.eval_steps=20"],
     "none": [],
 }
 HISTORY_BASE = ["data.train_size=128", "train.total_steps=400", "train.eval_steps=100"]
@@ -71,6 +78,7 @@ GAE_BASE = ["train.total_steps=250", "train.eval_steps=50"]
 # Legend labels short enough for svg_chart's legend, and each label's colour
 LABELS = {
     "history_resampling": "resampling",
+    "dynamic_sampling": "dynamic",
     "none": "none",
     "length_adaptive alpha=1.0": "alpha=1.0",
     "length_adaptive alpha=0.05 (paper)": "alpha=0.05",
@@ -78,6 +86,7 @@ LABELS = {
 }
 COLOURS = {
     "resampling": "#2ca02c",
+    "dynamic": "#1f77b4",
     "none": "#d62728",
     "alpha=1.0": "#2ca02c",
     "alpha=0.05": "#ff7f0e",
@@ -87,7 +96,10 @@ ACCURACY = [("before", "held-out before"), ("after", "held-out after")]
 HISTORY_COLUMNS = [
     ("zero_std_late", "zero-variance groups, last 20%"),
     ("reward_late", "train reward, last 20%"),
-    *ACCURACY,
+    ("rollouts", "completions generated"),
+    ("before", "held-out before"),
+    ("at_budget", "held-out at the budget (51,200 completions)"),
+    ("after", "held-out after 400 steps"),
 ]
 GAE_COLUMNS = [
     ("value_loss_late", "value loss, last 20%"),
@@ -101,6 +113,27 @@ def late_mean(rows: list[dict[str, Any]], key: str) -> float | None:
     late = rows[-max(1, len(rows) // 5) :]
     values = [r[key] for r in late if r.get(key) is not None]
     return sum(values) / len(values) if values else None
+
+
+def generated(rows: list[dict[str, Any]], batch_size: int) -> list[int]:
+    """Completions generated up to each logged step (dynamic sampling's extra rounds too)."""
+    total, out = 0, []
+    for r in rows:
+        total += batch_size * (1 + int(r.get("dynamic/rounds", 0)))
+        out.append(total)
+    return out
+
+
+def at_budget(rows: list[dict[str, Any]], batch_size: int, steps: int) -> float | None:
+    """Held-out accuracy at the last evaluation within `steps` x `batch_size` completions
+    (what an arm that generates one batch per step spends in `steps` steps)."""
+    budget = steps * batch_size
+    within = [
+        r["eval/accuracy"]
+        for r, spent in zip(rows, generated(rows, batch_size), strict=True)
+        if spent <= budget and r.get("eval/accuracy") is not None
+    ]
+    return within[-1] if within else None
 
 
 def without(config: Path, dropped: list[str], out: Path) -> Path:
@@ -132,6 +165,8 @@ def run(config: Path | None, overrides: list[str], out: Path, name: str) -> dict
     return {
         "before": summary["eval_accuracy_before"],
         "after": summary["eval_accuracy_after"],
+        "rollouts": generated(rows, cfg.train.batch_size)[-1],
+        "at_budget": at_budget(rows, cfg.train.batch_size, cfg.train.total_steps),
         "wall_s": round(time.perf_counter() - started, 1),
         "zero_std_late": late_mean(rows, "frac_reward_zero_std"),
         "reward_late": late_mean(rows, "reward"),
@@ -153,8 +188,10 @@ def summarise(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def table(title: str, arms: dict[str, dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     def cell(arm: dict[str, Any], key: str) -> str:
-        pct = key in ("before", "after", "zero_std_late")
+        pct = key in ("before", "after", "at_budget", "zero_std_late")
         fmt = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
+        if key == "rollouts":
+            fmt = lambda v: f"{v:,.0f}"  # noqa: E731
         seeds = [fmt(r[key]) for r in arm["seeds"].values() if r[key] is not None]
         return f"{fmt(arm[key])} ({', '.join(seeds)})" if arm[key] is not None else "-"
 
@@ -226,7 +263,7 @@ def main() -> None:
         curves = {"frac_reward_zero_std": "zero-variance groups", "reward": "train reward"}
         report["history_figures"] = figures("history", arms, curves, args.figures)
         report["history_resampling"] = drop_rows(arms)
-        title = "History Resampling vs none (GRPO, 128 training problems, 400 steps)"
+        title = "History Resampling vs dynamic sampling vs none (GRPO, 128 problems, 400 steps)"
         print(table(title, arms, HISTORY_COLUMNS))
     if args.only in (None, "gae"):
         vapo = ROOT / "examples" / "vapo.toml"
