@@ -77,11 +77,13 @@ def save_run(run: Controller, run_dir: RunDir, progress: Progress, keep_last: in
     """A checkpoint of step `progress.step` (all ranks together); the best is kept by the
     validation reward when this step was evaluated, and the `keep_last` newest besides."""
     fresh = progress.last_eval_step == progress.step
+    # prefetched batches not trained on yet are dropped: their prompts are drawn again
+    position = getattr(run.source, "sampler_state", run.rollouts.sampler.state_dict)
     state = {
         KIND_KEY: LLM_KIND,
         "progress": vars(progress).copy(),
         "schedules": _schedules(run),
-        "sampler": run.rollouts.sampler.state_dict(),
+        "sampler": position(),
         "version": run.version,
     }
     history = run.rollouts.history

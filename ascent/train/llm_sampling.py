@@ -178,7 +178,9 @@ class Prefetcher:
     used by two threads. A batch ordered before an update is sampled by the weights before it:
     a batch taken at version v was sampled by a version >= v - max_staleness, and the loss
     weights its tokens by min(pi_trainer / pi_behaviour, engine_is_cap). Batches in flight
-    when a run stops are dropped (their prompts are not drawn again on resume).
+    when a run stops are dropped, and a checkpoint saves the data position from before them
+    (`sampler_state`): a resumed run orders their prompts again, sampled by its own policy
+    (so it trains on the same prompts as an unbroken run, not on the same completions).
     """
 
     def __init__(self, src: Rollouts, depth: int) -> None:
@@ -186,15 +188,23 @@ class Prefetcher:
         self.depth = depth
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="ascent-rollout")
         self.queue: deque[Future[Scored]] = deque()
+        self.positions: deque[dict] = deque()  # the sampler's state before each queued draw
 
     def _order(self) -> None:
         src = self.src
+        self.positions.append(src.sampler.state_dict())
         drawn = src.sampler.draw(src.prompts_per_step)
         self.queue.append(self.pool.submit(lambda: src.score(*src.collect(drawn))))
+
+    def sampler_state(self) -> dict:
+        """The data position a checkpoint saves: before the batches ordered and not trained
+        on yet, whose prompts a resumed run draws again."""
+        return self.positions[0] if self.positions else self.src.sampler.state_dict()
 
     def next(self, version: int = 0) -> tuple[Scored, dict[str, float], Scored]:
         if not self.queue:
             self._order()
+        self.positions.popleft()
         scored = self.queue.popleft().result()
         while len(self.queue) < self.depth:
             self._order()

@@ -4,7 +4,8 @@
 
 POINT is where the process kills itself (a real SIGKILL: no handler, no cleanup runs):
 
-    step:N              as step N starts (before any of its work)
+    step:N              as step N starts (before any of its work); in the classic PPO loop,
+                        as update N starts
     metrics-line:N      halfway through writing step N's line of metrics.jsonl
     checkpoint-write:N  halfway through writing a file of step N's checkpoint (its shards are
                         written; this rank's state file is cut in half)
@@ -12,6 +13,10 @@ POINT is where the process kills itself (a real SIGKILL: no handler, no cleanup 
                         it is renamed into place
     export              with final-model/ complete in its temporary directory, before the rename
     none                never
+
+POINT@R kills only rank R of `ascent train --nproc N` (the ranks are processes the launcher
+spawns: each arms its point as it starts); without @R, every rank is armed. The launcher
+then takes the other ranks down.
 
 The points are reached by wrapping the functions that do the work, so the library carries
 no test hooks.
@@ -24,6 +29,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def die() -> None:
@@ -37,9 +43,13 @@ def arm(point: str) -> None:
     import ascent.observe.metrics as metrics
     import ascent.train.checkpoint as checkpoint
 
+    point, _, rank = point.partition("@")
+    if rank and rank != os.environ.get("RANK", "0"):
+        return
     kind, _, arg = point.partition(":")
     n = int(arg) if arg else 0
     if kind == "step":
+        import ascent.train.classic as classic
         from ascent.train.controller import Controller
 
         original_step = Controller.step
@@ -50,6 +60,14 @@ def arm(point: str) -> None:
             return original_step(run, current)
 
         Controller.step = step
+        original_anneal = classic.anneal  # the classic loop's first call of each update
+
+        def anneal(optimizer, cfg, update):
+            if update == n:
+                die()
+            return original_anneal(optimizer, cfg, update)
+
+        classic.anneal = anneal
     elif kind == "metrics-line":
         original_log = metrics.MetricsLogger.log
 
@@ -88,8 +106,29 @@ def arm(point: str) -> None:
         raise SystemExit(f"unknown kill point {point!r}")
 
 
+def armed_rank(*args: Any) -> str:
+    """One rank of `ascent train --nproc N`, with the point named by $KILL_POINT armed."""
+    import ascent.train
+
+    arm(os.environ["KILL_POINT"])
+    return ascent.train.train_rank(*args)
+
+
+def arm_ranks(point: str) -> None:
+    """Arm `point` in each rank the launcher spawns: they inherit $KILL_POINT and run
+    `armed_rank` (by this module's name, which they import; not `__main__`'s)."""
+    import ascent.train
+    from tests.train import kill_points
+
+    os.environ["KILL_POINT"] = point
+    ascent.train.train_rank = kill_points.armed_rank
+
+
 if __name__ == "__main__":
-    arm(sys.argv[1])
+    if "--nproc" in sys.argv[2:]:
+        arm_ranks(sys.argv[1])
+    else:
+        arm(sys.argv[1])
     from ascent.cli import main
 
     main(sys.argv[2:])
