@@ -138,7 +138,7 @@ class SandboxSection(Section):
         2.0,
         ge=1.0,
         description="Wall-clock limit per run, as a multiple of its CPU time limit; time spent "
-        "waiting for a CPU on a busy machine does not count (up to 5 times the limit).",
+        "waiting for a CPU on a busy machine does not count (up to 10 times the limit).",
     )
     memory_mb: int = Field(
         512,

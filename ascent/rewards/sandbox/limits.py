@@ -27,7 +27,7 @@ _ENOMEM = 12
 # The wall-clock limit catches programs that wait (sleep, block on input) rather than compute.
 # Time a run spends runnable but waiting for a CPU is the machine's load, not the program's, so
 # the sandbox does not count it; the limit stretches for it up to this many times its length.
-WALL_STRETCH_MAX = 5
+WALL_STRETCH_MAX = 10
 
 
 @dataclass(frozen=True)

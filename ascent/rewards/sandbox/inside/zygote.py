@@ -226,7 +226,11 @@ class Zygote:
             os.close(run.call[2])
         pids = [pid] if judge is None else [pid, judge[0]]
         limits = run.limits
-        wall_timeout = not wait_exit(pids, limits["wall_ms"] / 1000, limits["wall_cap_ms"] / 1000)
+        others = {os.getpid(), *pids[1:]}
+        alone = lambda: self.is_init and run_is_alone(pid, others)  # noqa: E731
+        wall_timeout = not wait_exit(
+            pids, limits["wall_ms"] / 1000, limits["wall_cap_ms"] / 1000, alone
+        )
         if wall_timeout:
             os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
@@ -292,11 +296,13 @@ class Zygote:
         return False, text or "the run ended before the program started"
 
 
-def wait_exit(pids, seconds, cap_seconds):
+def wait_exit(pids, seconds, cap_seconds, alone=lambda: False):
     """Wait for every process in `pids` to exit; False when `seconds` pass first.
 
     Time the first process spent waiting for a CPU does not count (the machine was busy, the
-    run was not idle), up to `cap_seconds` of real time in all.
+    run was not idle), up to `cap_seconds` of real time in all, while `alone()` says it is
+    the run's only process: a run that forks crowds itself (a fork bomb must not buy itself
+    time), and only as PID 1 of the sandbox's namespace can the zygote see every process.
     """
     fds = [os.pidfd_open(pid) for pid in pids]
     try:
@@ -311,7 +317,7 @@ def wait_exit(pids, seconds, cap_seconds):
             left = deadline - time.monotonic()
             if left <= 0:
                 queued = cpu_wait_s(pids[0])
-                if queued is None or queued_at_start is None:
+                if queued is None or queued_at_start is None or not alone():
                     return False
                 stretched = min(start + seconds + queued - queued_at_start, start + cap_seconds)
                 if stretched <= time.monotonic():
@@ -325,6 +331,14 @@ def wait_exit(pids, seconds, cap_seconds):
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def run_is_alone(pid, others):
+    """Whether `pid` is the only process in this PID namespace besides `others`."""
+    try:
+        return all(int(e) in others or int(e) == pid for e in os.listdir("/proc") if e.isdigit())
+    except OSError:
+        return False
 
 
 def cpu_wait_s(pid):
