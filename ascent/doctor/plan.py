@@ -23,6 +23,7 @@ from ascent.models.memory import (
     dims,
     estimate_memory,
     lora_parameter_count,
+    parameter_count,
 )
 from ascent.models.step_time import StepShape, StepTime, predict_step
 from ascent.rules import LLMConfig
@@ -115,8 +116,8 @@ def _gpu_dtype(cfg: LLMConfig) -> torch.dtype:
 
 
 def make_plan(cfg: LLMConfig, nproc: int = 1) -> Plan:
-    """Plan `cfg` (its first stage that holds the largest peak, for a staged run) on `nproc`
-    ranks for this CPU and every named GPU."""
+    """Plan `cfg` on `nproc` ranks for this CPU and every named GPU; for a staged run, the
+    stage with the largest peak."""
     if cfg.agentic.enabled:
         raise ConfigError(
             "ascent plan: an agentic run's rows grow with its episodes, which no plan can know "
@@ -140,7 +141,7 @@ def _plan_one(cfg: LLMConfig, nproc: int) -> Plan:
     tokens = rows * (mean_prompt + cfg.rollout.max_new_tokens)
     plan = Plan(
         name=cfg.run.name,
-        parameters=0,
+        parameters=parameter_count(config),
         prompt_tokens=mean_prompt,
         tokens_per_step=round(cfg.train.batch_size * (mean_prompt + cfg.rollout.max_new_tokens)),
         world_size=nproc,
@@ -160,7 +161,6 @@ def _plan_one(cfg: LLMConfig, nproc: int) -> Plan:
             step = replace(step, trained_parameters=memory.parameters)
         time = predict_step(d, memory.parameters, step, hw)
         plan.devices[name] = DevicePlan(hw, memory, time, nproc if name == "cpu" else 1)
-        plan.parameters = memory.parameters
     return plan
 
 

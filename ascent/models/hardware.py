@@ -61,10 +61,10 @@ GPUS: dict[str, Hardware] = {
 HARDWARE_NAMES = ("cpu", *GPUS)
 
 
-MEASURED_SIDE = 2048  # widest matrix side measured: beyond it the rate no longer grows
-MEASURED_FLOPS = 5e7  # most arithmetic in one measured product (milliseconds, even in bf16)
-
-
+# A large model's shapes are shrunk for measuring, so that measuring takes about a second even
+# where bfloat16 is emulated: the widest side, and the most arithmetic in one product.
+MEASURED_SIDE = 2048
+MEASURED_FLOPS = 5e7
 BURSTS = 5  # timed bursts per rate; the fastest counts (other jobs slow some of them down)
 
 

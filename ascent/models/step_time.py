@@ -3,17 +3,18 @@
 A step generates (prefill each prompt once for its group, then one decode step per new token
 for every row), scores, then trains: the extra forward passes the algorithm needs (the
 trainer's own log-probs where the engine's cannot anchor the clip, the reference's, the
-critic's values) and forward + backward over every micro-batch, then the optimiser step. Each
-part costs the larger of its arithmetic (2 FLOPs a parameter a token forward, 4 more backward,
-2 more when gradient checkpointing recomputes the forward) at the device's matrix rate and
-the bytes it must move at the device's bandwidth, plus a fixed cost per operation (a kernel
-launch and the Python around it), which is what small models spend most of their time on:
+critic's values) and forward + backward over every micro-batch, then the optimiser step. The
+training passes cost their arithmetic (2 FLOPs a parameter a token forward, 4 more backward,
+2 more when gradient checkpointing recomputes the forward) at the device's matrix rate; a
+decode step the larger of its arithmetic and the bytes it reads at the device's bandwidth;
+the optimiser its bytes. Each adds a fixed cost per operation (a kernel launch and the Python
+around it), which is what small models spend most of their time on:
 
     decode step     max(2 N rows / F_decode, weight + KV-cache bytes / bandwidth)
                     + (OPS_PER_LAYER x layers + OPS_PER_DECODE_STEP) x op
     forward         2 N tokens / F + OPS_PER_LAYER x layers x op, per micro-batch
     forward+backward 3x the forward's (4x with checkpointing)
-    optimiser       3 passes over 20 bytes a trained parameter / bandwidth
+    optimiser       3 passes over 20 bytes a trained parameter / bandwidth, per update
 
 N counts the LM head's products even where its weights are tied to the embeddings. Rewards,
 evaluations and weight syncs are left out: `ascent plan` predicts the training step.
@@ -96,7 +97,9 @@ def predict_step(d: Dims, parameters: int, shape: StepShape, hw: Hardware) -> St
     update = backward * forward(n) * shape.epochs + shape.updates * optimiser
     critic_n = n - d.vocab * d.hidden  # no LM head, a one-output value head
     critic = 0.0
-    if shape.critic:
-        critic = BACKWARD_FACTOR * forward(critic_n) * shape.epochs + shape.updates * optimiser
+    if shape.critic:  # trains every weight, whatever the policy does
+        critic_optimiser = 3 * ADAM_BYTES * critic_n / hw.bandwidth
+        critic = BACKWARD_FACTOR * forward(critic_n) * shape.epochs
+        critic += shape.updates * critic_optimiser
     forwards = shape.extra_forwards * forward(n) + (forward(critic_n) if shape.critic else 0.0)
     return StepTime(generate=generate, forwards=forwards, update=update, critic=critic)
