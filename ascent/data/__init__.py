@@ -2,7 +2,13 @@
 formatting, the prompt sampler and the reward history of History Resampling."""
 
 from ascent.data.history import ResampleReport, RewardHistory
-from ascent.data.problems import Problem, is_held_out, render_prompt, reward_columns
+from ascent.data.problems import (
+    Problem,
+    first_of_each_source,
+    is_held_out,
+    render_prompt,
+    reward_columns,
+)
 from ascent.data.prompts import PromptFormatter, uses_chat_template
 from ascent.data.sampler import DrawnPrompt, PromptSampler
 from ascent.data.tasks import TASKS, TaskData, load_task
@@ -16,6 +22,7 @@ __all__ = [
     "ResampleReport",
     "RewardHistory",
     "TaskData",
+    "first_of_each_source",
     "is_held_out",
     "load_task",
     "render_prompt",

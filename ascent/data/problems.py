@@ -31,6 +31,18 @@ def is_held_out(key: str) -> bool:
     return zlib.crc32(key.encode()) % EVAL_BUCKETS == 0
 
 
+def first_of_each_source(problems: list[Problem], n: int) -> list[Problem]:
+    """The first `n` problems of each [[data.sources]] source (of the list, with one source):
+    a sample to check prompts and columns on that does not miss a source listed later."""
+    taken: dict[str, int] = {}
+    out = []
+    for problem in problems:
+        if taken.get(problem.source, 0) < n:
+            taken[problem.source] = taken.get(problem.source, 0) + 1
+            out.append(problem)
+    return out
+
+
 def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:
     """Column-wise view for `reward(prompts, completions, **columns)`: answer + extra columns."""
     columns: dict[str, list[Any]] = {"answer": [p.answer for p in problems]}

@@ -28,7 +28,7 @@ from pathlib import Path
 from ascent.api.client import ApiClient
 from ascent.api.diagnoses import ApiError
 from ascent.configfile.loader import BUILTIN_SOURCE
-from ascent.data import load_task, reward_columns, uses_chat_template
+from ascent.data import first_of_each_source, load_task, reward_columns, uses_chat_template
 from ascent.doctor.checks import Check, environment_checks
 from ascent.errors import AscentError, one_line
 from ascent.models import load_tokenizer
@@ -115,7 +115,7 @@ def _llm_checks(cfg: LLMConfig, nproc: int) -> list[Check]:
 
 def _columns_check(cfg: LLMConfig, task) -> Check:
     """The task's rows carry what its rewards read."""
-    rows = task.train[:256]
+    rows = first_of_each_source(task.train, 256)
     columns = reward_columns(rows)
     missing = []
     for fn in cfg.reward.functions:

@@ -29,7 +29,7 @@ from ascent.models.step_time import StepShape, StepTime, predict_step
 from ascent.rules import LLMConfig
 from ascent.runtime import configure_cpu
 from ascent.train.distributed import Dist
-from ascent.train.llm_preflight import PROMPTS_MEASURED, model_config, run_shape
+from ascent.train.llm_preflight import measured_prompts, model_config, run_shape
 from ascent.train.parts import algorithm_parts
 
 
@@ -69,8 +69,7 @@ def _prompt_lengths(cfg: LLMConfig) -> tuple[float, int]:
     chat = uses_chat_template(cfg.data.chat_template, tokenizer)
     task = load_task(cfg.data, cfg.run.seed)
     formatter = PromptFormatter(cfg.data.prompt_template, tokenizer, chat)
-    problems = [*task.train[:PROMPTS_MEASURED], *task.eval[:PROMPTS_MEASURED]]
-    lengths = [len(ids) for ids in formatter.encode(problems)] or [1]
+    lengths = [len(ids) for ids in formatter.encode(measured_prompts(task))] or [1]
     return sum(lengths) / len(lengths), max(lengths)
 
 

@@ -16,7 +16,14 @@ from typing import Any
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.data import Problem, PromptFormatter, TaskData, load_task, uses_chat_template
+from ascent.data import (
+    Problem,
+    PromptFormatter,
+    TaskData,
+    first_of_each_source,
+    load_task,
+    uses_chat_template,
+)
 from ascent.errors import AscentError, one_line
 from ascent.models import load_tokenizer, resolve_dtype, resolve_model_path
 from ascent.models.lean import LEAN_MODEL_TYPES
@@ -54,10 +61,19 @@ def preflight(cfg: LLMConfig, dist: Dist) -> None:
         check_memory(stage, dist, tokenizer, task, chat)
 
 
+def measured_prompts(task: TaskData) -> list[Problem]:
+    """The problems whose prompts stand for all: the first PROMPTS_MEASURED of each split and
+    source."""
+    return [
+        *first_of_each_source(task.train, PROMPTS_MEASURED),
+        *first_of_each_source(task.eval, PROMPTS_MEASURED),
+    ]
+
+
 def longest_prompt(task: TaskData, formatter: PromptFormatter) -> int:
-    """Tokens of the longest prompt among the first PROMPTS_MEASURED of each split, as the
-    policy reads it (chat template included)."""
-    problems: list[Problem] = [*task.train[:PROMPTS_MEASURED], *task.eval[:PROMPTS_MEASURED]]
+    """Tokens of the longest prompt among the first PROMPTS_MEASURED of each split (of each
+    source's), as the policy reads it (chat template included)."""
+    problems: list[Problem] = measured_prompts(task)
     return max((len(ids) for ids in formatter.encode(problems)), default=1)
 
 

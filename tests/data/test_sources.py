@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ascent.config.data import DataSection
-from ascent.data import PromptSampler, load_task
+from ascent.data import PromptSampler, first_of_each_source, load_task
 from ascent.data.history import RewardHistory
 from ascent.data.sampler import apportion
 from ascent.errors import ConfigError
 from ascent.train.evaluate import summarize
+from ascent.train.llm_preflight import measured_prompts
 
 
 def two_sources(add_weight: float = 3.0, sub_weight: float = 1.0, **sub: object) -> DataSection:
@@ -138,3 +139,19 @@ def test_a_bad_source_is_named_in_the_error(tmp_path):
     cfg = DataSection(sources=[{"name": "add"}, {"name": "code", "path": str(missing)}])
     with pytest.raises(ConfigError, match=r"\[\[data.sources\]\] code: .*nowhere.jsonl"):
         load_task(cfg, seed=0)
+
+
+def test_checks_that_sample_prompts_see_every_source():
+    # Prompt lengths (memory estimate, plan) and reward columns (--dry-run) are checked on a
+    # sample; with the sources one after another, the first 256 rows would be source 1's only.
+    task = load_task(two_sources(), seed=0)
+    sample = first_of_each_source(task.train, 50)
+    assert Counter(p.source for p in sample) == {"add": 50, "sub": 50}
+    assert sample[:50] == task.train[:50]  # each source's first, in order
+    one = load_task(DataSection(train_size=80, eval_size=20), seed=0)
+    assert first_of_each_source(one.train, 50) == one.train[:50]
+    # The second source's prompts are the longest: a sample of source 1 alone would miss them.
+    task = load_task(two_sources(prompt_template="Subtract, then reply: {prompt}"), seed=0)
+    longest = max(len(p.prompt) for p in task.train)
+    assert max(len(p.prompt) for p in task.train[:256]) < longest
+    assert max(len(p.prompt) for p in measured_prompts(task)) == longest
