@@ -20,11 +20,17 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+SLOW_TIMEOUT_S = 1200  # a slow test's limit unless it sets its own
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`slow` tests (minutes-long end-to-end runs) run only when selected: `pytest -m slow`.
     The plain suite stays under 10 minutes on 2 cores."""
     selected = config.getoption("markexpr") or ""
     if "slow" in selected and "not slow" not in selected:
+        for item in items:  # a learning run may take minutes: the suite's 300 s is too short
+            if "slow" in item.keywords and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
         return
     skip = pytest.mark.skip(reason="an end-to-end run of a minute or more: run with -m slow")
     for item in items:

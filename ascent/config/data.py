@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -13,6 +13,7 @@ from ascent.config.base import Section
 from ascent.config.grade import Difficulty
 
 BUILTIN_TRAIN_SIZE = 10000  # problems a built-in task generates when [data] train_size is unset
+REASONING_GYM = "reasoning_gym:"  # path prefix of a reasoning-gym generator
 
 
 class ArithmeticSection(Section):
@@ -55,8 +56,9 @@ class ProblemSource(Section):
     path: str | None = Field(
         None,
         description="Problems from a JSONL or Parquet file, a `datasets.save_to_disk` "
-        "directory, a bundled set (ascent:gsm8k_test) or a Hugging Face hub id "
-        "(owner/name, where the hub is reachable) instead of a built-in task.",
+        "directory, a bundled set (ascent:gsm8k_test), a Hugging Face hub id "
+        "(owner/name, where the hub is reachable) or a reasoning-gym generator "
+        "(reasoning_gym:NAME, scored by the reasoning_gym reward) instead of a built-in task.",
     )
     format: Literal["auto", "jsonl", "parquet", "datasets", "hub"] = Field(
         "auto",
@@ -109,6 +111,19 @@ class ProblemSource(Section):
     countdown: CountdownSection = Field(
         default_factory=CountdownSection, description="Countdown task settings."
     )
+    reasoning_gym: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings of a reasoning_gym:NAME generator, as its config class names "
+        "them (e.g. {min_terms = 2, max_terms = 2} for basic_arithmetic); its size and seed "
+        "come from train_size / eval_size and seed.",
+    )
+
+    @property
+    def reasoning_gym_name(self) -> str | None:
+        """NAME of `path = "reasoning_gym:NAME"`; None for any other source."""
+        if self.path is None or not self.path.startswith(REASONING_GYM):
+            return None
+        return self.path.removeprefix(REASONING_GYM)
 
     @property
     def builtin_train_size(self) -> int:
@@ -145,7 +160,7 @@ class ProblemSource(Section):
         return value
 
     @model_validator(mode="after")
-    def _file_settings_need_a_file(self) -> DataSection:
+    def _file_settings_need_a_file(self) -> ProblemSource:
         if self.path is None:
             if self.difficulty is not None:
                 raise ValueError(
@@ -162,6 +177,29 @@ class ProblemSource(Section):
                 f"[data] task: problems come from path ({self.path}), so the built-in task "
                 f"'{self.task}' would be ignored; remove one of the two keys"
             )
+        if self.reasoning_gym_name is None:
+            if self.reasoning_gym:
+                raise ValueError(
+                    "[data] reasoning_gym: only a reasoning-gym generator uses it; set "
+                    'path = "reasoning_gym:NAME", or remove the key'
+                )
+            return self
+        if not self.reasoning_gym_name:
+            raise ValueError(
+                '[data] path: name the generator after the colon, e.g. "reasoning_gym:chain_sum"'
+            )
+        for key in ("eval_path", "eval_split", "format", "split", "columns", "difficulty"):
+            if self.explicitly_set(key):
+                raise ValueError(
+                    f"[data] {key}: a reasoning-gym generator makes both splits itself and has "
+                    "no files or columns; remove the key"
+                )
+        for key in ("size", "seed"):
+            if key in self.reasoning_gym:
+                raise ValueError(
+                    f"[data] reasoning_gym.{key}: set [data] "
+                    f"{'train_size / eval_size' if key == 'size' else 'seed'} instead"
+                )
         return self
 
 

@@ -91,6 +91,18 @@ class CodeRewardSection(Section):
         return self
 
 
+class ReasoningGymRewardSection(Section):
+    """`[reward.reasoning_gym]`: how the answer is read before reasoning-gym scores it."""
+
+    answer_format: Literal["tag", "text", "last_number"] = Field(
+        "tag",
+        description="tag: the last <answer>...</answer> of the completion, as reasoning-gym's "
+        "own evaluations read it; text: the whole completion, stripped (a model prompted to "
+        "reply with the answer alone); last_number: the last number in it (generators whose "
+        "answers are numbers, for a model that states them in a sentence).",
+    )
+
+
 class RewardSection(Section):
     """`[reward]`: which reward functions score completions, and their settings."""
 
@@ -108,6 +120,10 @@ class RewardSection(Section):
     )
     code: CodeRewardSection = Field(
         default_factory=CodeRewardSection, description="Tiered code reward."
+    )
+    reasoning_gym: ReasoningGymRewardSection = Field(
+        default_factory=ReasoningGymRewardSection,
+        description="reasoning-gym's scorers (problems from [data] path = 'reasoning_gym:NAME').",
     )
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ from ascent.data.arithmetic import sample_arithmetic
 from ascent.data.countdown import sample_countdown
 from ascent.data.files import load_problems
 from ascent.data.problems import Problem, render_prompt
+from ascent.data.reasoning_gym import load_reasoning_gym
 from ascent.errors import AscentError, ConfigError
 from ascent.registry import Registry
 
@@ -80,7 +81,12 @@ def _from_files(cfg: ProblemSource, seed: int) -> TaskData:
 
 def _load_one(cfg: ProblemSource, seed: int) -> TaskData:
     data_seed = seed if cfg.seed is None else cfg.seed
-    task = _from_builtin(cfg, data_seed) if cfg.path is None else _from_files(cfg, data_seed)
+    if cfg.path is None:
+        task = _from_builtin(cfg, data_seed)
+    elif cfg.reasoning_gym_name is not None:
+        task = TaskData(*load_reasoning_gym(cfg, data_seed, EVAL_SEED))
+    else:
+        task = _from_files(cfg, data_seed)
     render_prompt(cfg.prompt_template, task.eval[0])  # a bad template fails here, not mid-run
     return task
 

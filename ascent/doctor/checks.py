@@ -37,6 +37,7 @@ EXTRAS = {
     "tensorboard": ("tensorboard", "ascent[trackers]"),
     "wandb": ("wandb", "ascent[trackers]"),
     "swanlab": ("swanlab", "ascent[trackers]"),
+    "reasoning-gym": ("reasoning_gym", "ascent[envs]"),
 }
 DISK_WARN_GIB = 5.0
 DISK_FAIL_GIB = 1.0

@@ -104,6 +104,11 @@ def _step_shape(cfg: LLMConfig, world: int, prompt_tokens: float, compute_bytes:
         extra_forwards=int(old_forward) + int(parts.kl is not None),
         critic=parts.needs_values and cfg.critic.architecture == "separate",
         trained_parameters=trained or 0,
+        # train/forward.py runs a group's prompt once, except on sharded ranks (FSDP may not
+        # run a layer twice in one graph) and under checkpointing
+        shared_prefix=cfg.rollout.group_size > 1
+        and world == 1
+        and not cfg.model.gradient_checkpointing,
     )
 
 
@@ -137,7 +142,6 @@ def _plan_one(cfg: LLMConfig, nproc: int) -> Plan:
     mean_prompt, longest = _prompt_lengths(cfg)
     d = dims(config)
     rows = max(1, cfg.train.batch_size // nproc)
-    tokens = rows * (mean_prompt + cfg.rollout.max_new_tokens)
     plan = Plan(
         name=cfg.run.name,
         parameters=parameter_count(config),
@@ -148,7 +152,10 @@ def _plan_one(cfg: LLMConfig, nproc: int) -> Plan:
     configure_cpu(cfg.run.threads, nproc)  # measure with the threads each rank will use
     cpu = Dist(0, nproc, torch.device("cpu"))
     cpu_dtype = resolve_dtype(cfg.model.dtype, cpu.device)
-    measured = measure_cpu(d.hidden, d.intermediate, round(tokens), rows, cpu_dtype)
+    # measured at the products a micro-batch runs
+    probe = _step_shape(cfg, nproc, mean_prompt, cpu_dtype.itemsize, config)
+    micro_tokens = probe.trained_tokens / max(1, -(-probe.rows // probe.micro_batch_size))
+    measured = measure_cpu(d.hidden, d.intermediate, round(micro_tokens), rows, cpu_dtype)
     devices: list[tuple[str, Hardware, Dist, torch.dtype]] = [("cpu", measured, cpu, cpu_dtype)]
     gpu = Dist(0, nproc, torch.device("meta"))  # a device that is not a CPU, without CUDA
     devices += [(name, hw, gpu, _gpu_dtype(cfg)) for name, hw in GPUS.items()]

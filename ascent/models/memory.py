@@ -14,7 +14,9 @@ what one process holds at its peak:
   rollouts, which keep a model of their own) and its KV cache: every row of this rank's batch
   x (prompt + max_new_tokens) x 2 (K, V) x layers x kv_heads x head_dim (an upper bound
   for ascent's own engine, which holds each prompt's part once for its group);
-- for one micro-batch (micro_batch_size rows x (prompt + max_new_tokens) tokens): the
+- for one micro-batch (micro_batch_size rows x (prompt + max_new_tokens) tokens, or where
+  the rows of a group share their prompt's forward (train/forward.py), the prompt once per
+  group plus every row's new tokens and its own gathered copy of the prompt's K/V): the
   activations autograd saves (per token and layer, for transformers' Llama block: 6
   hidden-size vectors around the two RMSNorms and residuals, 5 query-size ones for attention
   with K/V expanded to every head, 4 intermediate-size ones for the gated MLP; for the lean
@@ -179,6 +181,7 @@ class RunShape:
     max_micro_tokens: int | None = None  # [train] max_tokens_per_micro_batch
     fused_head: bool = False  # log-probs from hidden states chunk by chunk (fused_head.py)
     lean_layers: bool = False  # a Llama block's MLP and norms keep less (lean.py)
+    shared_prefix_group: int = 1  # rows that share one prompt's forward (1: none share)
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,12 @@ def estimate_memory(config: Any, shape: RunShape) -> MemoryEstimate:
     per_token = activation_bytes_per_token(
         d, shape.compute_bytes, shape.gradient_checkpointing, shape.lean_layers, lean_mlp
     )
+    activations = micro_tokens * per_token
+    if shape.shared_prefix_group > 1:  # each prompt's layers once, its K/V gathered per row
+        rows = max(1, micro_tokens // tokens)
+        prompts = -(-rows // shape.shared_prefix_group)
+        kept = prompts * shape.prompt_tokens + rows * shape.max_new_tokens
+        activations = kept * per_token + rows * shape.prompt_tokens * kv_per_token
     return MemoryEstimate(
         parameters=n,
         trained_state=trained / MIB,
@@ -276,7 +285,7 @@ def estimate_memory(config: Any, shape: RunShape) -> MemoryEstimate:
         critic=(ADAM_BYTES * critic_params / world if shape.critic else 0) / MIB,
         engine_weights=shape.engine_copies * frozen / MIB,
         kv_cache=(shape.rollout_rows * tokens * kv_per_token if shape.engine_copies else 0) / MIB,
-        activations=micro_tokens * per_token / MIB,
+        activations=activations / MIB,
         logits=logits / MIB,
         overlap=shape.overlap,
     )

@@ -5,14 +5,16 @@ for every row), scores, then trains: the extra forward passes the algorithm need
 trainer's own log-probs where the engine's cannot anchor the clip, the reference's, the
 critic's values) and forward + backward over every micro-batch, then the optimiser step. The
 training passes cost their arithmetic (2 FLOPs a parameter a token forward, 4 more backward,
-2 more when gradient checkpointing recomputes the forward) at the device's matrix rate; a
+2 more when gradient checkpointing recomputes the forward) at the device's matrix rate, over
+the tokens they run (a group's prompt once, where the trainer shares it); a
 decode step the larger of its arithmetic and the bytes it reads at the device's bandwidth;
 the optimiser its bytes. Each adds a fixed cost per operation (a kernel launch and the Python
 around it), which is what small models spend most of their time on:
 
     decode step     max(2 N rows / F_decode, weight + KV-cache bytes / bandwidth)
                     + (OPS_PER_LAYER x layers + OPS_PER_DECODE_STEP) x op
-    forward         2 N tokens / F + OPS_PER_LAYER x layers x op, per micro-batch
+    forward         2 N tokens / F + OPS_PER_LAYER x layers x op, per micro-batch (twice
+                    where a group's prompt runs once: the prompts, then the responses)
     forward+backward 3x the forward's (4x with checkpointing)
     optimiser       3 passes over 20 bytes a trained parameter / bandwidth, per update
 
@@ -48,6 +50,16 @@ class StepShape:
     extra_forwards: int  # policy-sized forward passes besides the update (old log-probs, ref)
     critic: bool  # a separate critic: one forward for values, one update
     trained_parameters: int  # parameters the optimiser updates (LoRA: the adapters)
+    shared_prefix: bool = False  # the trainer runs each distinct prompt once per micro-batch
+
+    @property
+    def trained_tokens(self) -> float:
+        """Tokens one pass over the batch runs: every row's prompt and response, or, where
+        the completions of a prompt share its forward (train/forward.py), each distinct
+        prompt once per micro-batch it appears in, plus every row's response."""
+        micro = max(1, -(-self.rows // self.micro_batch_size))
+        prompt_rows = min(self.rows, max(self.prompts, micro)) if self.shared_prefix else self.rows
+        return prompt_rows * self.prompt_tokens + self.rows * self.new_tokens
 
 
 @dataclass(frozen=True)
@@ -86,11 +98,13 @@ def predict_step(d: Dims, parameters: int, shape: StepShape, hw: Hardware) -> St
     decode += layer_ops + OPS_PER_DECODE_STEP * op
     generate = prefill + shape.new_tokens * decode
 
-    tokens = shape.rows * (shape.prompt_tokens + shape.new_tokens)
+    tokens = shape.trained_tokens
     micro = max(1, -(-shape.rows // shape.micro_batch_size))
 
+    passes = micro * (2 if shape.shared_prefix else 1)  # the prompts', then the responses'
+
     def forward(param_count: int) -> float:
-        return 2 * param_count * tokens / flops + micro * layer_ops
+        return 2 * param_count * tokens / flops + passes * layer_ops
 
     backward = BACKWARD_FACTOR + (1 if shape.checkpointing else 0)
     optimiser = 3 * ADAM_BYTES * shape.trained_parameters / hw.bandwidth

@@ -15,7 +15,7 @@ from ascent.config.llm_sections import AlgorithmSection, LLMSections
 
 # Reward functions whose detail says whether an answer is correct (what history resampling,
 # positive replay and the positive-sample NLL select on).
-JUDGING_REWARDS = frozenset({"math", "countdown"})
+JUDGING_REWARDS = frozenset({"math", "countdown", "reasoning_gym"})
 
 
 def _divisors_near(n: int, around: int) -> list[int]:
@@ -76,6 +76,25 @@ def task_reward_and_checkpoints(cfg: LLMSections) -> None:
         raise ValueError(
             "[reward] functions: the countdown task is scored by the countdown reward; "
             'set functions = ["countdown"]'
+        )
+    generated = [s.path for s in cfg.data.parts if s.reasoning_gym_name is not None]
+    if generated and "reasoning_gym" not in cfg.reward.functions:
+        raise ValueError(
+            f"[reward] functions: {generated[0]} problems are scored by their own generator; "
+            'add "reasoning_gym" to functions'
+        )
+    if "reasoning_gym" in cfg.reward.functions and not generated:
+        raise ValueError(
+            "[reward] functions: the reasoning_gym reward scores problems of a "
+            '[data] path = "reasoning_gym:NAME" generator, and this run has none; set one '
+            "or remove the reward"
+        )
+    if "reasoning_gym" not in cfg.reward.functions:
+        _refuse_unused(
+            cfg.reward.reasoning_gym,
+            "reward.reasoning_gym",
+            ("answer_format",),
+            "only the reasoning_gym reward reads it",
         )
     t = cfg.train
     if t.save_steps and t.eval_steps and t.save_steps % t.eval_steps:

@@ -110,6 +110,11 @@ def run_shape(
         max_micro_tokens=cfg.train.max_tokens_per_micro_batch,
         fused_head=fused,
         lean_layers=model_type in LEAN_MODEL_TYPES,
+        # train/forward.py runs a group's prompt once (not on sharded ranks or when
+        # checkpointing recomputes layers)
+        shared_prefix_group=rollout.group_size
+        if not dist.distributed and not model.gradient_checkpointing
+        else 1,
     )
 
 

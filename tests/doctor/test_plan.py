@@ -38,6 +38,28 @@ def test_the_step_time_is_its_arithmetic_on_a_device_with_free_memory_and_no_ove
     assert again.update == pytest.approx(2 * 4 * 2 * N * tokens / 1e9)
 
 
+def test_a_shared_prompt_is_paid_once_per_micro_batch_it_appears_in():
+    """train/forward.py runs a group's prompt once: 4 prompts of 8 rows in 4 micro-batches of
+    8 rows are 4 prompt passes, not 32; with micro-batches of 4 rows, 8."""
+    shared = predict_step(DIMS, N, replace(SHAPE, shared_prefix=True), ARITHMETIC)
+    tokens = 4 * 10 + 32 * 6
+    assert shared.update == pytest.approx(3 * 2 * N * tokens / 1e9)
+    assert shared.forwards == pytest.approx(2 * N * tokens / 1e9)
+    halves = replace(SHAPE, shared_prefix=True, micro_batch_size=4)
+    assert halves.trained_tokens == 8 * 10 + 32 * 6
+    one_row_each = replace(SHAPE, shared_prefix=True, micro_batch_size=1)
+    assert one_row_each.trained_tokens == 32 * (10 + 6)  # never more than no sharing
+    # ... but each micro-batch runs the model twice (prompts, then responses): twice the
+    # fixed cost of its operations
+    slow_ops = replace(ARITHMETIC, op_s=1e-3)
+    plain = (
+        predict_step(DIMS, N, SHAPE, slow_ops).update
+        - predict_step(DIMS, N, SHAPE, ARITHMETIC).update
+    )
+    two = predict_step(DIMS, N, replace(SHAPE, shared_prefix=True), slow_ops).update - shared.update
+    assert two == pytest.approx(2 * plain)
+
+
 def test_overheads_and_bandwidth_each_add_what_they_cost():
     slow_ops = replace(ARITHMETIC, op_s=1e-3)
     base, ops = predict_step(DIMS, N, SHAPE, ARITHMETIC), predict_step(DIMS, N, SHAPE, slow_ops)

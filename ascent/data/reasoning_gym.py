@@ -1,0 +1,94 @@
+"""Problems from a reasoning-gym generator: `[data] path = "reasoning_gym:NAME"`.
+
+reasoning-gym (PyPI `reasoning-gym`) makes procedural problems, each with its own scorer, from
+a name, a config and a seed. The training set is `train_size` entries drawn with the run's
+seed (or `[data] seed`); the held-out set is `eval_size` distinct entries drawn with a fixed
+seed, the same for every run, and a training problem with a held-out question is dropped. A
+problem's prompt is the entry's question, its key the question too, and its columns are the
+entry's scalar metadata (usable in `prompt_template`, e.g. `{expression}=`) plus `rg_spec`
+and `rg_index`, from which the `reasoning_gym` reward rebuilds the entry to score it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ascent.config.data import ProblemSource
+from ascent.data.problems import Problem
+from ascent.errors import AscentError, did_you_mean
+from ascent.rewards.reasoning_gym import build_dataset, dataset_spec, import_reasoning_gym
+
+# Columns the reward reads; a metadata field of the same name would be shadowed.
+RESERVED = ("prompt", "answer", "rg_spec", "rg_index")
+
+
+def _check_settings(name: str, options: dict[str, Any]) -> None:
+    """An unknown generator or setting is one line naming the valid ones."""
+    rg = import_reasoning_gym()
+    known = sorted(rg.factory.DATASETS)
+    if name not in known:
+        raise AscentError(
+            f"no reasoning-gym generator '{name}'{did_you_mean(name, known)} (there are "
+            f"{len(known)}: {', '.join(known[:6])}, ...)"
+        )
+    config_class = rg.factory.DATASETS[name][1]
+    fields = {f.name for f in dataclasses.fields(config_class)} - {"size", "seed"}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise AscentError(
+            f"[data] reasoning_gym: reasoning_gym:{name} has no setting "
+            f"{', '.join(unknown)}{did_you_mean(unknown[0], sorted(fields))}; its settings: "
+            f"{', '.join(sorted(fields))}"
+        )
+
+
+def _problem(entry: dict[str, Any], spec: str, index: int) -> Problem:
+    metadata = entry.get("metadata") or {}
+    columns = {
+        key: value
+        for key, value in metadata.items()
+        if key not in RESERVED and isinstance(value, (str, int, float, bool))
+    }
+    columns.update(rg_spec=spec, rg_index=index)
+    answer = entry.get("answer")
+    return Problem(
+        key=str(entry["question"]),
+        prompt=str(entry["question"]),
+        answer="" if answer is None else str(answer),
+        columns=columns,
+    )
+
+
+def _draw(name: str, options: dict[str, Any], seed: int, size: int) -> list[Problem]:
+    spec = dataset_spec(name, options, seed, size)
+    dataset = build_dataset(spec)
+    return [_problem(dataset[i], spec, i) for i in range(size)]
+
+
+def load_reasoning_gym(
+    cfg: ProblemSource, seed: int, eval_seed: int
+) -> tuple[list[Problem], list[Problem]]:
+    """(training problems, held-out problems) of the generator `cfg.path` names."""
+    name = cfg.reasoning_gym_name
+    assert name, "load_reasoning_gym needs a reasoning_gym:NAME path"
+    options = dict(cfg.reasoning_gym)
+    _check_settings(name, options)
+    held: list[Problem] = []
+    seen: set[str] = set()
+    for problem in _draw(name, options, eval_seed, cfg.eval_size):
+        if problem.key not in seen:
+            seen.add(problem.key)
+            held.append(problem)
+    if len(held) < cfg.eval_size // 2:
+        raise AscentError(
+            f"reasoning_gym:{name} gave only {len(held)} distinct problems in {cfg.eval_size} "
+            "draws: its settings allow too few; widen them or lower eval_size"
+        )
+    train = [p for p in _draw(name, options, seed, cfg.builtin_train_size) if p.key not in seen]
+    if not train:
+        raise AscentError(
+            f"every reasoning_gym:{name} training problem is also a held-out one; widen the "
+            "generator's settings or lower eval_size"
+        )
+    return train, held
