@@ -283,6 +283,15 @@ def resume_changes(path: Path, cfg: AnyConfig) -> list[Change]:
     return changes
 
 
+def _vacant(path: Path) -> bool:
+    """An empty directory, or one holding only the lock file of a run killed before it wrote
+    its config.toml (nobody holds it: `check` refused a held one already), which a new run
+    may take over without --overwrite."""
+    return (
+        path.is_dir() and not path.is_symlink() and {p.name for p in path.iterdir()} <= {LOCK_FILE}
+    )
+
+
 def is_run_dir(path: Path) -> bool:
     """A directory `RunDir.create` made: it writes config.toml first of all."""
     return path.is_dir() and not path.is_symlink() and (path / "config.toml").is_file()
@@ -318,6 +327,14 @@ class RunDir:
     def check(cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool = False) -> str:
         """What `create` would do with these arguments, or the one-line refusal it would give
         (raised), without writing anything: `ascent train --dry-run`."""
+        return RunDir._examine(cfg, resume, overwrite)[0]
+
+    @staticmethod
+    def _examine(
+        cfg: AnyConfig, resume: Path | None, overwrite: bool
+    ) -> tuple[str, tuple[Path | None, list[str]] | None]:
+        """`check`'s line, and for a resume the checkpoint it continues from (with notes), so
+        that `create` does not hash the checkpoint's files a second time."""
         if resume is not None and overwrite:
             raise AscentError("--resume and --overwrite contradict each other; pass one of them")
         path = Path(resume) if resume is not None else Path(cfg.run.output_dir) / cfg.run.name
@@ -330,20 +347,22 @@ class RunDir:
         if resume is not None:
             if not path.is_dir():
                 raise AscentError(f"--resume {path}: no such run directory; check the path")
-            ckpt, notes = resume_point(path)
+            point = resume_point(path)
+            ckpt, notes = point
             if ckpt is not None:
                 changes = resume_changes(path, cfg)
                 said = "".join(f" ({note})" for note in notes[:1])
                 if changes:
-                    return f"{path}: resumes from {ckpt.name}{said} with {describe(changes)}"
-                return f"{path}: resumes from {ckpt.name}{said}"
+                    line = f"{path}: resumes from {ckpt.name}{said} with {describe(changes)}"
+                    return line, point
+                return f"{path}: resumes from {ckpt.name}{said}", point
             if not (path / "config.toml").is_file() and not getattr(cfg, "stages", None):
                 raise AscentError(
                     f"--resume {path}: not a run directory (no config.toml, no checkpoint); "
                     "check the path"
                 )
-            return f"{path}: no checkpoint yet, starts again from step 0"
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            return f"{path}: no checkpoint yet, starts again from step 0", point
+        if path.exists() and not _vacant(path):
             if not overwrite:
                 raise AscentError(
                     f"run directory {path} already exists; pass --resume {path} to continue it, "
@@ -355,18 +374,18 @@ class RunDir:
                     "deletes only its own runs; choose another run.name or output_dir, or move "
                     "it away yourself"
                 )
-            return f"{path}: replaced (--overwrite)"
-        return f"{path}: a new run directory"
+            return f"{path}: replaced (--overwrite)", None
+        return f"{path}: a new run directory", None
 
     @classmethod
     def create(
         cls, cfg: AnyConfig, *, resume: Path | None = None, overwrite: bool = False
     ) -> RunDir:
-        cls.check(cfg, resume=resume, overwrite=overwrite)  # every refusal, nothing written
+        _, point = cls._examine(cfg, resume, overwrite)  # every refusal, nothing written
         if resume is not None:
-            return cls._resume(Path(resume), cfg)
+            return cls._resume(Path(resume), cfg, point)
         path = Path(cfg.run.output_dir) / cfg.run.name
-        if path.exists() and any(path.iterdir()):  # --overwrite of a run directory (checked)
+        if path.exists() and any(path.iterdir()):  # a run to replace (checked), or a lone lock
             lock(path)  # refused while another process runs it
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -376,9 +395,11 @@ class RunDir:
         return run_dir
 
     @classmethod
-    def _resume(cls, path: Path, cfg: AnyConfig) -> RunDir:
+    def _resume(
+        cls, path: Path, cfg: AnyConfig, point: tuple[Path | None, list[str]] | None = None
+    ) -> RunDir:
         lock(path)  # refused while another process runs it
-        ckpt, notes = resume_point(path)
+        ckpt, notes = point if point is not None else resume_point(path)
         if notes:
             print(f"note: {'; '.join(notes)}")
         if ckpt is None and not getattr(cfg, "stages", None):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +84,43 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_starts_it_again(cfg, 
     assert not run_dir.metrics_path.exists() and not run_dir.samples_dir.exists()
     assert "no checkpoint yet; starting it again from step 0" in capsys.readouterr().out
     assert run_dir.config_path.is_file()
+
+
+def test_a_run_killed_between_its_lock_and_its_config_does_not_block_the_same_command(cfg):
+    """Killed after taking its lock and before writing config.toml, a run leaves a directory
+    holding a lone `.lock` that nobody holds: the same command starts afresh in it (not
+    "already exists", and not --overwrite's "not a run directory")."""
+    path = Path(cfg.run.output_dir) / cfg.run.name
+    path.mkdir()
+    (path / ".lock").write_text("4242\n")
+    assert RunDir.check(cfg) == f"{path}: a new run directory"
+    run_dir = RunDir.create(cfg)
+    assert run_dir.config_path.is_file()
+    assert (path / ".lock").read_text().strip() == str(os.getpid())
+    # Anything beside the lock is someone's data: refused as before
+    other = Path(cfg.run.output_dir) / "other"
+    other.mkdir()
+    (other / ".lock").write_text("")
+    (other / "notes.txt").write_text("x")
+    with pytest.raises(AscentError, match="already exists"):
+        RunDir.create(
+            load_config(None, [f'run.output_dir="{cfg.run.output_dir}"', "run.name=other"])
+        )
+
+
+def test_a_resume_hashes_its_checkpoint_once(cfg, monkeypatch):
+    """The checkpoint's manifest is checked (every file hashed) once per resume: --resume of a
+    large checkpoint should not read it twice before the run starts."""
+    import ascent.rundir as rundir
+
+    run_dir = RunDir.create(cfg)
+    save_checkpoint(run_dir.checkpoints, 4, {})
+    calls = []
+    real = rundir.checkpoint_problem
+    monkeypatch.setattr(rundir, "checkpoint_problem", lambda c: calls.append(c) or real(c))
+    resumed = RunDir.create(cfg, resume=run_dir.path)
+    assert resumed.resume_from.name == "step-000004"
+    assert len(calls) == 1
 
 
 def test_resuming_a_directory_that_is_no_run_is_refused(cfg, tmp_path):
