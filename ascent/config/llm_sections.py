@@ -114,6 +114,13 @@ class RolloutSection(Section):
         ge=1,
         description="With async: batches generated ahead, so policy versions a batch may lag.",
     )
+    partial: bool = Field(
+        False,
+        description="With async: a generation in flight when the trainer publishes new weights "
+        "takes them between two decode steps (its cache recomputed with them) instead of "
+        "finishing on the old ones; every token keeps the log-prob of the weights that sampled "
+        "it, and the row counts as sampled by the oldest.",
+    )
 
     vllm: VllmSection = Field(
         default_factory=VllmSection, description='The vLLM engine (engine = "vllm").'

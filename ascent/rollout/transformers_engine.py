@@ -11,7 +11,11 @@ Two ways to hold the weights:
   from the actor's weight stream (LoRA adapters alone when the copy carries adapters). Used
   where sampling must go on while the trainer changes its weights (agentic rollouts and
   asynchronous rollouts on a producer thread): the weights are staged by `sync_weights` and
-  swapped in between two `generate` calls, so every call samples with one known version.
+  swapped in between two `generate` calls, so every call samples with one known version;
+  or, with `partial` ([rollout] partial), also between two decode steps of a call: the rows
+  still decoding are prefilled again (prompt + their tokens so far) with the new weights and
+  go on from there, so every token is sampled, and its log-prob computed, by one version's
+  weights over a cache of that version; a row's `versions` is the oldest that sampled it.
 
 One `generate` runs at a time per engine (a second caller, say an evaluation on the trainer's
 thread while a prefetch thread samples, waits for the first to finish): weights are never
@@ -68,6 +72,7 @@ class TransformersEngine:
         exact: bool = True,
         dtype: torch.dtype | None = None,
         decode: Callable[[list[int]], str] | None = None,
+        partial: bool = False,
     ) -> None:
         if (model is None) == (live is None):
             raise ValueError("pass the engine's own model, or live= (the trainer's module)")
@@ -84,6 +89,8 @@ class TransformersEngine:
         self.dtype = dtype  # the fast decoder's weights and activations; None: the model's
         self.decode = decode  # token ids -> text, to find stop strings
         self.version = version
+        self.partial = partial and model is not None  # new weights between decode steps
+        self.swaps = 0  # weight swaps inside generate calls so far (partial)
         # in place: the trainer's module; else a copy of the weights, loaded before a generate
         self.transport: Transport = InPlace() if live is not None else StateDict(clone=True)
         self._staged: tuple[int, dict[str, Tensor]] | None = None
@@ -92,6 +99,10 @@ class TransformersEngine:
 
     def close(self) -> None:
         """Nothing to stop: the engine lives in this process."""
+
+    def metrics(self) -> dict[str, float]:
+        """With partial generations: the weight swaps made inside generate calls so far."""
+        return {"rollout/weight_swaps": float(self.swaps)} if self.partial else {}
 
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
         staged = self.transport.send(weights, version)
@@ -221,6 +232,12 @@ class TransformersEngine:
             steps = t + 1
             if steps == width or not bool(alive.any()):
                 break
+            if self.partial and self._staged is not None:  # the trainer published a version
+                decoder, logits, rows = self._continue_with_new_weights(
+                    module, prompt_ids, prompt_mask, n, tokens, rows[alive], t + 1, width
+                )
+                alive = torch.ones(len(rows), dtype=torch.bool, device=device)
+                continue
             dead = len(alive) - int(alive.sum())
             keep = _compacted(alive) if 4 * dead >= len(alive) else None
             if keep is not None and len(keep) < len(alive):  # (rounding up may keep them all)
@@ -230,6 +247,27 @@ class TransformersEngine:
         positions = torch.arange(steps, device=device)
         finished = positions[None, :] >= ended_at[:, None]
         return tokens[:, :steps], logprobs[:, :steps], finished
+
+    def _continue_with_new_weights(
+        self,
+        module: nn.Module,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        n: int,
+        tokens: Tensor,
+        live: Tensor,
+        done: int,
+        width: int,
+    ) -> tuple[StaticLlamaDecoder | CacheDecoder, Tensor, Tensor]:
+        """Load the staged weights and prefill the rows still decoding (original rows `live`,
+        `done` tokens each) again with them: (decoder, next-token logits, rows)."""
+        self._apply_staged()
+        self.swaps += 1
+        decoder = self._decoder(module)
+        prompt = live // n  # each row's prompt (rows are prompt-major, n per prompt)
+        ids = torch.cat([prompt_ids[prompt], tokens[live, :done]], dim=-1)
+        mask = torch.cat([prompt_mask[prompt], torch.ones_like(tokens[live, :done])], dim=-1)
+        return decoder, decoder.prefill(ids, mask, 1, width - done), live
 
 
 ROW_MULTIPLE = 16  # CPU matrix kernels (AMX tiles) run at full rate on multiples of 16 rows
@@ -282,4 +320,4 @@ def build_transformers(ctx: EngineContext) -> TransformersEngine:
     model = load_frozen(model_cfg.name_or_path, model_cfg, ctx.device, ctx.compute_dtype)
     if model_cfg.lora.enabled:  # the base weights stay; each sync sends the adapters alone
         model = add_lora(model, model_cfg.lora).requires_grad_(False)
-    return TransformersEngine(model, **ids)
+    return TransformersEngine(model, partial=ctx.cfg.rollout.partial, **ids)

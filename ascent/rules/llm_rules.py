@@ -460,8 +460,15 @@ def async_settings(cfg: LLMSections) -> None:
     """Asynchronous rollouts ([rollout] async), and what Ray rollout replicas can serve."""
     r, c = cfg.rollout, cfg.cluster
     if not r.async_:
-        _refuse_unused(r, "rollout", ("max_staleness",), "only async rollouts use it")
+        _refuse_unused(r, "rollout", ("max_staleness", "partial"), "only async rollouts use it")
     else:
+        in_process = r.engine == "transformers" and not (c.backend == "ray" and c.rollout_replicas)
+        if r.partial and not in_process:
+            raise ValueError(
+                "[rollout] partial: only the transformers engine in this process takes new "
+                'weights between decode steps; set engine = "transformers" without Ray rollout '
+                "replicas, or remove the key"
+            )
         if cfg.algorithm.engine_is_cap <= 0:
             raise ValueError(
                 "[rollout] async: batches generated ahead are sampled by older weights; set "

@@ -275,3 +275,74 @@ def test_a_batch_being_sampled_never_gets_weights_synced_in_the_middle(fast, mon
     assert torch.equal(batch.response_ids, want_old.response_ids)
     assert evaluated.versions.tolist() == [1] * 6
     assert torch.equal(evaluated.response_ids, want_new.response_ids)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("layout", ["equal", "ragged"])
+def test_a_partial_generation_takes_new_weights_mid_row_and_keeps_every_tokens_logprob(
+    fast, layout, monkeypatch
+):
+    """[rollout] partial: the trainer publishes version 1 while a batch is being sampled with
+    version 0. The rows go on with version 1's weights from the next token: the tokens
+    sampled so far and their log-probs stay (version 0's, as a teacher-forced forward of the
+    old model gives them), every later token's log-prob is the new model's own over the whole
+    row (its cache was recomputed with the new weights), and the rows say version 0, the
+    oldest that sampled them."""
+    import copy
+
+    from ascent.rollout import transformers_engine
+
+    old, _ = build_tiny_model(seed=1)
+    new, _ = build_tiny_model(seed=2)
+    engine = TransformersEngine(
+        copy.deepcopy(old), pad_id=PAD, eos_ids=[EOS], fast=fast, partial=True
+    )
+    real_sample_next, calls = transformers_engine.sample_next, []
+
+    def publish_during_the_third_token(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the trainer's update lands while token 2 is being sampled
+            engine.sync_weights(new.named_parameters(), version=1)
+        return real_sample_next(*args, **kwargs)
+
+    monkeypatch.setattr(transformers_engine, "sample_next", publish_during_the_third_token)
+    prompts = PROMPTS[layout]
+    batch = engine.generate(
+        prompts, list(range(len(prompts))), 2, SamplingParams(12), torch.Generator().manual_seed(0)
+    )
+    assert engine.swaps == 1 and engine.version == 1
+    assert batch.versions.tolist() == [0] * len(batch)
+    mask = batch.response_mask.bool()
+    assert int(mask[:, 3:].sum()) > 0  # rows went on past the swap
+    by_old, _ = response_logprobs(old, batch)
+    by_new, _ = response_logprobs(new, batch)
+    before, after = mask.clone(), mask.clone()
+    before[:, 3:] = False  # tokens 0-2: sampled before the swap
+    after[:, :3] = False
+    assert torch.allclose(batch.logprobs[before], by_old[before], atol=1e-5)
+    assert torch.allclose(batch.logprobs[after], by_new[after], atol=1e-5)
+    assert not torch.allclose(batch.logprobs[after], by_old[after], atol=1e-3)
+
+
+def test_without_partial_a_generation_finishes_on_the_weights_it_started_with(monkeypatch):
+    import copy
+
+    from ascent.rollout import transformers_engine
+
+    old, _ = build_tiny_model(seed=1)
+    new, _ = build_tiny_model(seed=2)
+    engine = TransformersEngine(copy.deepcopy(old), pad_id=PAD, eos_ids=[EOS])
+    real_sample_next, calls = transformers_engine.sample_next, []
+
+    def publish_mid_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            engine.sync_weights(new.named_parameters(), version=1)
+        return real_sample_next(*args, **kwargs)
+
+    monkeypatch.setattr(transformers_engine, "sample_next", publish_mid_batch)
+    batch = engine.generate(PROMPTS["equal"], [0, 1, 2], 2, SamplingParams(12))
+    by_old, _ = response_logprobs(old, batch)
+    mask = batch.response_mask.bool()
+    assert engine.swaps == 0 and engine.version == 0  # staged for the next call
+    assert torch.allclose(batch.logprobs[mask], by_old[mask], atol=1e-5)

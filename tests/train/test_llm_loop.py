@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ascent.configfile import load_config
+from ascent.errors import ConfigError
 from ascent.models import load_policy
 from ascent.rundir import RunDir, latest_checkpoint
 from ascent.train import llm_rollout
@@ -317,3 +318,36 @@ def test_every_chosen_token_of_a_multi_turn_row_is_trained(tmp_path):
     after = run.actor.model.state_dict()
     run.close()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_partial_rollouts_swap_weights_into_generations_in_flight(tmp_path):
+    """[rollout] async + partial on the untrained tiny model, whose completions run to
+    max_new_tokens: batches generated ahead take each update's weights mid-generation
+    (rollout/weight_swaps rises), later batches are sampled by updated weights and none lags
+    more than max_staleness versions."""
+    cfg = config(
+        tmp_path,
+        'model.name_or_path="ascent:tiny"',
+        "rollout.async=true",
+        "rollout.partial=true",
+        "rollout.max_new_tokens=48",
+        "train.total_steps=8",
+        "train.eval_steps=0",
+        "train.save_steps=0",
+    )
+    summary = train_llm(cfg, RunDir.create(cfg))
+    assert summary["steps"] == 8
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    swaps = [r["rollout/weight_swaps"] for r in rows]
+    assert swaps == sorted(swaps) and swaps[-1] >= 1, swaps
+    assert all(0 <= r["staleness"] <= 1 for r in rows)
+    assert rows[-1]["policy_version"] >= 1  # batches sampled by updated weights
+
+
+def test_partial_rollouts_need_async_and_an_engine_in_this_process(tmp_path):
+    with pytest.raises(ConfigError, match="only async rollouts use it"):
+        config(tmp_path, "rollout.partial=true")
+    with pytest.raises(ConfigError, match="only the transformers engine in this process"):
+        config(tmp_path, "rollout.async=true", "rollout.partial=true", 'rollout.engine="vllm"')
