@@ -26,11 +26,12 @@ class EngineTraits:
     agentic: bool = False  # samples the trained policy's turns of agentic episodes in-process
     ray_replicas: bool = False  # Ray rollout replicas run it
     exact_float32: bool = False  # in float32, samples with the trainer's weights and numerics
+    partial: bool = False  # takes newly published weights between two decode steps
 
 
 TASKS = ("arithmetic", "countdown")  # ascent.data.tasks.TASKS
 ENGINE_TRAITS = {  # ascent.rollout.ENGINES and their `traits`
-    "transformers": EngineTraits(agentic=True, ray_replicas=True, exact_float32=True),
+    "transformers": EngineTraits(agentic=True, ray_replicas=True, exact_float32=True, partial=True),
     "vllm": EngineTraits(module="vllm", extra="vllm"),
 }
 ENGINES = tuple(ENGINE_TRAITS)

@@ -305,7 +305,7 @@ class StopStrings:
 @ENGINES.register(
     "transformers",
     # decodes the trainer's module (or a copy of it) in this process with torch's own kernels
-    traits=EngineTraits(agentic=True, ray_replicas=True, exact_float32=True),
+    traits=EngineTraits(agentic=True, ray_replicas=True, exact_float32=True, partial=True),
 )
 def build_transformers(ctx: EngineContext) -> TransformersEngine:
     """Decoding the trainer's module in place, or a copy of its own (loaded in the compute

@@ -462,12 +462,12 @@ def async_settings(cfg: LLMSections) -> None:
     if not r.async_:
         _refuse_unused(r, "rollout", ("max_staleness", "partial"), "only async rollouts use it")
     else:
-        in_process = r.engine == "transformers" and not (c.backend == "ray" and c.rollout_replicas)
-        if r.partial and not in_process:
+        replicas = c.backend == "ray" and c.rollout_replicas
+        if r.partial and (replicas or not names.ENGINE_TRAITS[r.engine].partial):
             raise ValueError(
-                "[rollout] partial: only the transformers engine in this process takes new "
-                'weights between decode steps; set engine = "transformers" without Ray rollout '
-                "replicas, or remove the key"
+                "[rollout] partial: only an engine in this process that takes new weights "
+                f"between decode steps can ({names.engines_that('partial')}, without Ray "
+                "rollout replicas); change the engine, or remove the key"
             )
         if cfg.algorithm.engine_is_cap <= 0:
             raise ValueError(

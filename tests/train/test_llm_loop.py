@@ -349,5 +349,5 @@ def test_partial_rollouts_swap_weights_into_generations_in_flight(tmp_path):
 def test_partial_rollouts_need_async_and_an_engine_in_this_process(tmp_path):
     with pytest.raises(ConfigError, match="only async rollouts use it"):
         config(tmp_path, "rollout.partial=true")
-    with pytest.raises(ConfigError, match="only the transformers engine in this process"):
+    with pytest.raises(ConfigError, match="only an engine in this process"):
         config(tmp_path, "rollout.async=true", "rollout.partial=true", 'rollout.engine="vllm"')
