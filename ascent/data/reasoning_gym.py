@@ -12,6 +12,8 @@ and `rg_index`, from which the `reasoning_gym` reward rebuilds the entry to scor
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from typing import Any
 
 from ascent.config.data import ProblemSource
@@ -21,6 +23,28 @@ from ascent.rewards.reasoning_gym import build_dataset, dataset_spec, import_rea
 
 # Columns the reward reads; a metadata field of the same name would be shadowed.
 RESERVED = ("prompt", "answer", "rg_spec", "rg_index")
+# What, in a generator's module, can run an answer as Python: eval / exec, and sympy, whose
+# string parsing evaluates its input (spiral_matrix's scorer calls eval on the model's reply,
+# countdown's sympy's parse_expr).
+_EVALUATES = re.compile(
+    r"\b(?:eval|exec|parse_expr|sympify|parse_latex)\s*\(|^\s*(?:from|import) sympy\b", re.M
+)
+
+
+def scorer_runs_answers(dataset_class: type) -> str | None:
+    """The file of a generator whose own scorer may run the model's answer as code (its
+    score_answer comes from a module that calls eval, exec or sympy's parsers), else None.
+    A coarse test on purpose: ascent runs model-written code only inside its sandbox, and a
+    scorer in this process is not one."""
+    owner = next(k for k in dataset_class.__mro__ if "score_answer" in k.__dict__)
+    if owner.__module__ == "reasoning_gym.dataset":
+        return None  # the base class's exact-match scorer
+    module = inspect.getmodule(owner)
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return getattr(module, "__file__", dataset_class.__name__)  # cannot tell: refuse
+    return module.__file__ if _EVALUATES.search(source) else None
 
 
 def _check_settings(name: str, options: dict[str, Any]) -> None:
@@ -32,7 +56,15 @@ def _check_settings(name: str, options: dict[str, Any]) -> None:
             f"no reasoning-gym generator '{name}'{did_you_mean(name, known)} (there are "
             f"{len(known)}: {', '.join(known[:6])}, ...)"
         )
-    config_class = rg.factory.DATASETS[name][1]
+    dataset_class, config_class = rg.factory.DATASETS[name]
+    runs = scorer_runs_answers(dataset_class)
+    if runs is not None:
+        where = runs.split("reasoning_gym/")[-1]
+        raise AscentError(
+            f"reasoning_gym:{name}: its scorer may run the model's answer as Python (eval or "
+            f"sympy parsing in reasoning_gym/{where}), and ascent runs model-written code only "
+            "inside its sandbox; choose another generator, or score it with a reward of your own"
+        )
     fields = {f.name for f in dataclasses.fields(config_class)} - {"size", "seed"}
     unknown = sorted(set(options) - fields)
     if unknown:

@@ -24,14 +24,14 @@ from ascent.rewards import REWARDS, build_reward
 from ascent.rewards.reasoning_gym import build_dataset
 
 # Generators whose scorers differ: exact match with partial credit (the base class), numeric
-# comparison, a word list, a sorted list, a per-letter check.
+# comparison, a word list, a per-letter check, a base conversion.
 GENERATORS = {
     "basic_arithmetic": {"min_terms": 2, "max_terms": 3, "max_digits": 2},
     "chain_sum": {},
     "gcd": {},
     "spell_backward": {},
     "word_sorting": {},
-    "number_sorting": {},
+    "base_conversion": {},
     "letter_counting": {},
 }
 
@@ -232,3 +232,29 @@ def test_the_example_recipe_loads():
     cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "reasoning_gym.toml")
     assert cfg.data.reasoning_gym_name == "basic_arithmetic"
     assert cfg.reward.functions == ["reasoning_gym"]
+
+
+@pytest.mark.parametrize("name", ["spiral_matrix", "countdown", "number_sorting"])
+def test_a_generator_whose_scorer_runs_answers_as_python_is_refused(name):
+    """spiral_matrix's scorer calls eval on the reply and countdown's sympy's parse_expr: a
+    model could make them run anything in the trainer's process. Refused at load."""
+    with pytest.raises(ConfigError, match="may run the model's answer as Python") as err:
+        load_task(section(name), seed=0)
+    assert f"reasoning_gym:{name}" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_scorer_check_reads_where_score_answer_comes_from():
+    from reasoning_gym.factory import DATASETS
+
+    from ascent.data.reasoning_gym import scorer_runs_answers
+
+    # The base class's exact match (basic_arithmetic evaluates its own expressions while
+    # generating, not answers) and a plain override pass; eval in the scorer does not.
+    assert scorer_runs_answers(DATASETS["basic_arithmetic"][0]) is None
+    assert scorer_runs_answers(DATASETS["word_sorting"][0]) is None
+    assert scorer_runs_answers(DATASETS["spiral_matrix"][0]).endswith("spiral_matrix.py")
+
+    class Inherits(DATASETS["spiral_matrix"][0]):  # a subclass keeps its parent's scorer
+        pass
+
+    assert scorer_runs_answers(Inherits) is not None
