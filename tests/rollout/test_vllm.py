@@ -230,6 +230,7 @@ def test_two_ranks_share_one_server_and_one_sync_folder(tmp_path):
     assert settled_leftovers(before) == before
 
 
+@pytest.mark.slow  # about a minute: CI runs it in its slow step
 @pytest.mark.timeout(600)
 def test_a_server_that_restarts_gets_the_weights_again_and_a_dead_one_is_one_line(tiny, tmp_path):
     from ascent.rollout.engine import EngineContext

@@ -132,6 +132,7 @@ def sets(root: Path, *extra: str) -> list[str]:
 FLAT_LR = ['optim.schedule="constant"', "optim.warmup_ratio=0"]
 
 
+@pytest.mark.slow  # about a minute: CI runs it in its slow step
 @pytest.mark.timeout(600)
 def test_a_run_resumes_across_world_sizes_two_to_one_and_one_to_two(tmp_path):
     first = ascent("train", "--nproc", "2", *sets(tmp_path, "train.total_steps=2", *FLAT_LR))
@@ -257,6 +258,7 @@ def two_steps_with_ray_replicas(overrides: list[str], out_path: str) -> None:
     dist.close()
 
 
+@pytest.mark.slow  # about a minute: CI runs it in its slow step
 @pytest.mark.timeout(300)
 def test_ray_rollout_replicas_on_two_ranks_are_started_once_and_serve_both(tmp_path):
     pytest.importorskip("ray")

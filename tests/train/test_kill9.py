@@ -83,6 +83,7 @@ def unbroken(root: Path, steps: int) -> Path:
     return root / "straight"
 
 
+@pytest.mark.slow  # about a minute: CI runs it in its slow step
 @pytest.mark.timeout(600)
 def test_killed_at_every_kind_of_moment_the_run_resumes_to_the_same_end(tmp_path):
     kills = [
