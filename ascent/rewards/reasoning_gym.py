@@ -94,13 +94,17 @@ class ReasoningGymReward(ScoredReward):
         indices = column(columns, "rg_index", n, "reasoning_gym")
         values: list[float | None] = []
         details: list[dict[str, Any]] = []
+        entries: dict[tuple[str, int], dict[str, Any]] = {}  # a group's rows share one entry
         for completion, spec, index in zip(completions, specs, indices, strict=True):
             if spec is None:  # a problem of another [[data.sources]] source: not ours to score
                 values.append(None)
                 details.append({})
                 continue
             dataset = build_dataset(spec)
-            entry = dataset[int(index)]
+            key = (spec, int(index))
+            if key not in entries:  # an entry is generated afresh each time it is indexed
+                entries[key] = dataset[key[1]]
+            entry = entries[key]
             answer = self._answer(completion_text(completion))
             try:
                 value = float(dataset.score_answer(answer, entry))
