@@ -27,7 +27,7 @@ import ctypes
 import os
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -104,6 +104,20 @@ def configure_cpu(threads: int = 0, ranks: int = 1) -> None:
     torch.set_num_threads(resolve_threads(threads, ranks))
     torch.set_flush_denormal(True)
     _tune_allocator = sys.platform.startswith("linux")
+
+
+def caller_threads() -> Callable[[], None]:
+    """An initializer for a thread that will run a model: torch's thread count as the calling
+    thread has it now.
+
+    OpenMP keeps that count per thread. A new thread takes torch's process-wide setting, but
+    vLLM's CPU worker sets the OpenMP threads of the thread that builds it (binding them to
+    cores), and its attention kernels stop with `thread_num == thread_num (2 vs. 1)` when a
+    generate call runs on a thread with another count than the one it planned with. It also
+    replaces `torch.set_num_threads` with a no-op once bound, so the count is set through
+    torch's own binding underneath: the same count, on this thread only."""
+    threads = torch.get_num_threads()
+    return lambda: torch._C.set_num_threads(threads)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -17,6 +17,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ascent.runtime import caller_threads
+
 log = logging.getLogger("ascent.serve.server")
 
 
@@ -77,6 +79,7 @@ class Batcher:
         self.window_sec = window_sec
         self.batch_sizes: list[int] = []  # one entry per generate call (tests, stats)
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._threads = caller_threads()  # the model runs on the batcher's thread
         self._thread = threading.Thread(target=self._run, name="ascent-batcher", daemon=True)
         self._thread.start()
 
@@ -107,6 +110,7 @@ class Batcher:
         return batch
 
     def _run(self) -> None:
+        self._threads()
         while (batch := self._take()) is not None:
             groups: dict[GenParams, list[_Pending]] = {}
             for item in batch:

@@ -37,6 +37,7 @@ from typing import Protocol
 
 from ascent.config.llm_sections import SamplingSection
 from ascent.data import DrawnPrompt, ResampleReport
+from ascent.runtime import caller_threads
 from ascent.train.distributed import Dist
 from ascent.train.llm_rollout import Rollouts, Scored, group_rewards, reward_metrics
 
@@ -186,7 +187,9 @@ class Prefetcher:
     def __init__(self, src: Rollouts, depth: int) -> None:
         self.src = src
         self.depth = depth
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="ascent-rollout")
+        self.pool = ThreadPoolExecutor(
+            1, thread_name_prefix="ascent-rollout", initializer=caller_threads()
+        )
         self.queue: deque[Future[Scored]] = deque()
         self.positions: deque[dict] = deque()  # the sampler's state before each queued draw
 

@@ -213,6 +213,17 @@ def test_training_through_vllm_reports_the_engine_gap_and_leaves_nothing(tmp_pat
     assert settled_leftovers(before) == before
 
 
+@pytest.mark.timeout(600)
+def test_asynchronous_rollouts_generate_on_their_own_thread_through_vllm(tmp_path):
+    """The prefetching thread runs vLLM's CPU kernels with the thread count the engine was
+    built with (a thread's default stopped them: `thread_num == thread_num (2 vs. 1)`)."""
+    done = run_ascent("train", *sets(tmp_path, "rollout.async=true", "rollout.max_staleness=1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(x) for x in (tmp_path / "v" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["staleness"] <= 1 for r in rows) and rows[-1]["policy_version"] >= 2
+
+
 @pytest.mark.slow  # a vLLM server starts; the one-owner engine itself is tested with Ray replicas
 @pytest.mark.timeout(600)
 def test_two_ranks_share_one_server_and_one_sync_folder(tmp_path):

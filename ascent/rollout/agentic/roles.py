@@ -25,6 +25,7 @@ from ascent.api import ApiClient, ApiError
 from ascent.api.failures import FATAL_ERRORS
 from ascent.rollout.engine import RolloutEngine
 from ascent.rollout.sampling import SamplingParams
+from ascent.runtime import caller_threads
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ class PolicyBatcher:
         self.sampling = sampling
         self.generator = generator
         self.max_batch = max_batch
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="ascent-agentic-generate")
+        self.executor = ThreadPoolExecutor(
+            1, thread_name_prefix="ascent-agentic-generate", initializer=caller_threads()
+        )
         self._pending: list[tuple[list[int], asyncio.Future[Generated]]] = []
         self._drainer: asyncio.Task[None] | None = None
         self.calls = 0
