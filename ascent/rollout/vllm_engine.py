@@ -21,6 +21,7 @@ trainer's streams are untouched.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -32,6 +33,19 @@ from torch import Tensor
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.sampling import SamplingParams, draw_seeds
 from ascent.rollout.transport import StateDict
+
+
+class _RotaryReloadNotice(logging.Filter):
+    """vLLM warns at every in-place reload that each RotaryEmbedding loaded nothing: its
+    cos/sin cache is computed, not a weight, and is put back as it was. One line per layer and
+    update would bury the run's own output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "RotaryEmbedding: Failed to load weights" not in record.getMessage()
+
+
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+_ROTARY_NOTICE = _RotaryReloadNotice()  # one instance: adding it again changes nothing
 
 
 def _reload(worker: Any, weights: list[tuple[str, Tensor]]) -> None:
@@ -128,6 +142,7 @@ class VLLMEngine:
         if cpu:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        logging.getLogger(_RELOAD_LOGGER).addFilter(_ROTARY_NOTICE)
         from vllm import LLM
 
         self.pad_id = pad_id
