@@ -32,7 +32,7 @@ class EngineTraits:
 TASKS = ("arithmetic", "countdown")  # ascent.data.tasks.TASKS
 ENGINE_TRAITS = {  # ascent.rollout.ENGINES and their `traits`
     "transformers": EngineTraits(agentic=True, ray_replicas=True, exact_float32=True, partial=True),
-    "vllm": EngineTraits(module="vllm", extra="vllm"),
+    "vllm": EngineTraits(module="vllm", extra="vllm", agentic=True),
 }
 ENGINES = tuple(ENGINE_TRAITS)
 

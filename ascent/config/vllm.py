@@ -56,7 +56,8 @@ class VllmSection(Section):
     sleep_mode: bool = Field(
         True,
         description="GPU, colocate: free the engine's memory while the trainer updates (sleep) "
-        "and take it back before generating (wake_up weights, then KV cache).",
+        "and take it back before generating (wake_up weights, then KV cache). Not with [agentic] "
+        "episodes, which generate while the trainer updates.",
     )
     startup_timeout_sec: float = Field(
         300.0, gt=0.0, description="server mode: longest wait for a server to come up or back."

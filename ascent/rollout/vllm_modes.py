@@ -13,9 +13,10 @@ from ascent.rollout.vllm_engine import VLLMEngine
 from ascent.rollout.vllm_server import VLLMServers
 
 
-# its own kernels and copy of the weights (log-probs differ a little from the trainer's); its
-# own scheduler, so agentic turns and Ray replicas are not served by it
-@ENGINES.register("vllm", traits=EngineTraits(module="vllm", extra="vllm"))
+# its own kernels and copy of the weights (log-probs differ a little from the trainer's), so
+# agentic episodes can play on it while the trainer updates (colocated); its own scheduler and
+# processes, so Ray replicas do not run it
+@ENGINES.register("vllm", traits=EngineTraits(module="vllm", extra="vllm", agentic=True))
 def build_vllm(ctx: EngineContext) -> Any:
     """`[rollout.vllm] mode`: an engine in this process, or the servers (vllm_server.py)."""
     v = ctx.cfg.rollout.vllm
@@ -31,6 +32,7 @@ def build_vllm(ctx: EngineContext) -> Any:
         kv_cache_mib=v.kv_cache_mib,
         gpu_memory_utilization=v.gpu_memory_utilization,
         max_model_len=v.max_model_len,
-        sleep_mode=v.sleep_mode,
+        # agentic episodes generate while the trainer updates: no idle time to sleep in
+        sleep_mode=v.sleep_mode and not ctx.cfg.agentic.enabled,
         seed=ctx.cfg.run.seed,
     )

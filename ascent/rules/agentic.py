@@ -52,6 +52,11 @@ def _refuse_foreign(section: AgenticSection, data: dict[str, Any]) -> None:
             f'[rollout] engine: "{rollout.engine}" cannot sample the trained policy\'s turns of '
             f"agentic episodes in this process; use {names.engines_that('agentic')}"
         )
+    if rollout.engine == "vllm" and rollout.vllm.mode == "server":
+        raise ValueError(
+            '[rollout.vllm] mode = "server": agentic episodes play their turns on an engine in '
+            'this process; set mode = "colocate"'
+        )
     if section.off_policy_correction and (rollout.top_k or rollout.top_p < 1.0):
         # The rollout records log-probs of the untruncated policy (ascent.rollout.sampling),
         # not of the truncated distribution the tokens were drawn from, so the weight

@@ -71,7 +71,9 @@ class EpisodeSource:
     def __init__(self, cfg: LLMConfig, rollouts: Rollouts, engine: RolloutEngine) -> None:
         self.cfg = cfg
         self.rollouts = rollouts
-        self.engine = engine  # a copy of the policy of its own: episodes play ahead of updates
+        # weights of its own, not the trainer's module: episodes play ahead of updates. It may
+        # be the rollout side's own engine (vLLM colocated), then closed by the rollout side.
+        self.engine = engine
         self.format = FORMATS.get(format_name(cfg.data) or "code")
         self.usage = UsageLedger()
         self.pool = SandboxPool(cfg.sandbox)
@@ -227,7 +229,8 @@ class EpisodeSource:
             self.producer.close()
         if self.batcher is not None:
             self.batcher.close()
-        self.engine.close()
+        if self.engine is not self.rollouts.engine:
+            self.engine.close()
         self.pool.close()
 
 

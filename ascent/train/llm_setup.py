@@ -256,6 +256,10 @@ def _source(cfg: LLMConfig, rollouts: Rollouts, actor: Actor) -> BatchSource:
     """Where each step's rows come from: agentic episodes (played on an engine of their own),
     prefetched batches (async rollouts) or batches sampled now."""
     if cfg.agentic.enabled:
+        if rollouts.engine.transport.name != "in_place":  # it holds weights of its own
+            # (vLLM colocated): episodes share it, as a second copy would double its memory;
+            # its lock keeps their generate calls apart from evaluations and weight loads
+            return EpisodeSource(cfg, rollouts, rollouts.engine)
         engine = make_engine(cfg, actor, rollouts.tokenizer, own_copy=True)
         try:
             return EpisodeSource(cfg, rollouts, engine)

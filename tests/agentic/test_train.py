@@ -202,6 +202,39 @@ def test_api_roles_answer_through_the_api_channel_and_their_usage_is_saved(tmp_p
     assert "testgen" not in usage
 
 
+def test_episodes_play_on_the_colocated_vllm_engine_the_evaluations_use(tmp_path, monkeypatch):
+    """With `[rollout] engine = "vllm"` the episodes share the run's one vLLM engine (a copy
+    of the weights of its own, loaded after each update), weighted by the engine correction."""
+    pytest.importorskip("vllm")
+    from ascent.rollout import VLLMEngine
+
+    started: list[VLLMEngine] = []
+    init = VLLMEngine.__init__
+
+    def counted(self, *args, **kwargs) -> None:
+        started.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(VLLMEngine, "__init__", counted)
+    summary, run_dir = train(tmp_path, TINY, 'rollout.engine="vllm"')
+    assert len(started) == 1  # evaluations and episodes: one engine, one copy of the weights
+    assert summary["steps"] == 3 and summary["weight_transport"] == "state_dict"
+    assert summary["eval_accuracy_after"] is not None
+    rows = [json.loads(line) for line in run_dir.metrics_path.read_text().splitlines()]
+    for name in (*AGENTIC_METRICS, "engine/logprob_gap", "engine/kl"):
+        assert name in rows[-1], name
+    assert rows[0]["policy_version"] == 0  # the first episodes: the initial weights
+    assert all(r["agentic/staleness_max"] <= 1 for r in rows)  # [agentic] max_staleness
+
+
+def test_agentic_episodes_on_vllm_servers_are_refused_at_load(monkeypatch):
+    from ascent.errors import ConfigError
+
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())  # vllm "installed"
+    with pytest.raises(ConfigError, match=r'mode = "server": agentic .* set mode = "colocate"'):
+        load_config(TINY, ['rollout.engine="vllm"', 'rollout.vllm.mode="server"'])
+
+
 @pytest.mark.slow
 def test_tiny_agentic_recipe_learns_on_a_cpu(tmp_path):
     """examples/agentic_tiny.toml as shipped (about 4 minutes on 2 cores): run it with

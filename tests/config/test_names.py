@@ -33,9 +33,10 @@ def test_the_rules_read_the_engine_traits_not_engine_names(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())  # vllm "installed"
     roles = '{hypothesis="off", solver="policy", testgen="off", summarizer="off"}'
     agentic = ['rollout.engine="vllm"', "agentic.enabled=true", f"agentic.roles={roles}"]
+    vllm = names.ENGINE_TRAITS["vllm"]
+    monkeypatch.setitem(names.ENGINE_TRAITS, "vllm", replace(vllm, agentic=False))
     with pytest.raises(ConfigError, match=r'"vllm" cannot sample .* use "transformers"'):
         load_config(None, agentic)
-    vllm = names.ENGINE_TRAITS["vllm"]
     monkeypatch.setitem(names.ENGINE_TRAITS, "vllm", replace(vllm, agentic=True))
     assert load_config(None, agentic).rollout.engine == "vllm"
 
