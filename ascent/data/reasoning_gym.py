@@ -95,7 +95,17 @@ def _problem(entry: dict[str, Any], spec: str, index: int) -> Problem:
 def _draw(name: str, options: dict[str, Any], seed: int, size: int) -> list[Problem]:
     spec = dataset_spec(name, options, seed, size)
     dataset = build_dataset(spec)
-    return [_problem(dataset[i], spec, i) for i in range(size)]
+    problems = []
+    for i in range(size):
+        try:
+            entry = dataset[i]
+        except Exception as err:  # a generator that breaks on its settings while drawing
+            raise AscentError(
+                f"reasoning_gym:{name} failed to generate problem {i} with settings {options}: "
+                f"{type(err).__name__}: {err}; change [data] reasoning_gym"
+            ) from None
+        problems.append(_problem(entry, spec, i))
+    return problems
 
 
 def load_reasoning_gym(

@@ -168,6 +168,24 @@ def test_an_unknown_generator_or_setting_is_one_line_naming_the_valid_ones(keys,
     assert "\n" not in str(err.value)
 
 
+def test_a_generator_that_breaks_while_drawing_is_one_line_naming_its_settings(monkeypatch):
+    """Generators check their settings with asserts when built; one that breaks later, on an
+    entry, is a fault the shipped ones do not show for any setting tried, so it is forced."""
+    dataset_class, _ = reasoning_gym.factory.DATASETS["chain_sum"]
+
+    def broken(self, index):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(dataset_class, "__getitem__", broken)
+    build_dataset.cache_clear()
+    data = DataSection(path="reasoning_gym:chain_sum", eval_size=10, reasoning_gym={"min_terms": 3})
+    with pytest.raises(ConfigError, match=r"reasoning_gym:chain_sum failed to generate problem 0 "
+                       r"with settings \{'min_terms': 3\}: ZeroDivisionError") as err:  # fmt: skip
+        load_task(data, seed=0)
+    assert "\n" not in str(err.value)
+    build_dataset.cache_clear()
+
+
 @pytest.mark.parametrize(
     ("keys", "message"),
     [
