@@ -194,10 +194,9 @@ def sets(root: Path, *extra: str) -> list[str]:
     return [a for item in items for a in ("--set", item)]
 
 
+@pytest.mark.slow  # 25 s colocated, more for a server: CI runs both in its slow step
 @pytest.mark.timeout(600)
-# server mode end to end is slow (a vLLM server starts); its weight sync and restarts are
-# checked by the next test
-@pytest.mark.parametrize("mode", ["colocate", pytest.param("server", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", ["colocate", "server"])
 def test_training_through_vllm_reports_the_engine_gap_and_leaves_nothing(tmp_path, mode):
     before = leftovers()
     done = run_ascent("train", *sets(tmp_path, f'rollout.vllm.mode="{mode}"'))
@@ -213,6 +212,7 @@ def test_training_through_vllm_reports_the_engine_gap_and_leaves_nothing(tmp_pat
     assert settled_leftovers(before) == before
 
 
+@pytest.mark.slow  # about 20 s of training: CI runs it in its slow step
 @pytest.mark.timeout(600)
 def test_asynchronous_rollouts_generate_on_their_own_thread_through_vllm(tmp_path):
     """The prefetching thread runs vLLM's CPU kernels with the thread count the engine was

@@ -336,9 +336,11 @@ def assert_ends_as_promised(run: Path, straight: Path, v: Variant, steps: int) -
     return rows
 
 
-# The suite stays within its 10 minutes on 2 cores: the variants of 25-35 s run in it, the
-# three of 40-90 s (a critic, two ranks, agentic episodes) with the slow tests (`-m slow`).
-SLOW_VARIANTS = ("positive replay", "two ranks", "agentic episodes")
+# The suite stays within its 10 minutes on 2 cores: the one variant of about 20 s that is
+# killed at its checkpoint runs in it, the others (20-90 s each: a critic, two ranks, agentic
+# episodes, async rollouts, classic PPO) with the slow tests (`-m slow`).
+SLOW_VARIANTS = ("positive replay", "two ranks", "agentic episodes", "async rollouts",
+                 "classic ppo")  # fmt: skip
 FAST_THEN_SLOW = [
     pytest.param(name, marks=pytest.mark.slow) if name in SLOW_VARIANTS else name
     for name in VARIANTS
