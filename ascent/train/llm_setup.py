@@ -253,8 +253,9 @@ def _join_cluster(cluster: ClusterSection, dist: Dist) -> None:
 
 
 def _source(cfg: LLMConfig, rollouts: Rollouts, actor: Actor) -> BatchSource:
-    """Where each step's rows come from: agentic episodes (played on an engine of their own),
-    prefetched batches (async rollouts) or batches sampled now."""
+    """Where each step's rows come from: agentic episodes (played on an engine with weights of
+    its own: a copy of the policy, or the run's vLLM engine), prefetched batches (async
+    rollouts) or batches sampled now."""
     if cfg.agentic.enabled:
         if rollouts.engine.transport.name != "in_place":  # it holds weights of its own
             # (vLLM colocated): episodes share it, as a second copy would double its memory;
