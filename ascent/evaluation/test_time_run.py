@@ -130,6 +130,7 @@ def _adapter(
         yield adapter, info
     finally:
         adapter.restore()  # leave the model as it was loaded
+        adapter.close()
 
 
 # -- the evaluation ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
     rows     source.next(version)    the run's batch source (llm_sampling.py, agentic_source.py):
                                      plain completions, DAPO dynamic sampling, SRPO history
-                                     resampling, prefetched (async) batches or agentic episodes
+                                     resampling, prefetched (async) batches or agentic episodes;
+                                     test-time RL's attempts (evaluation/test_time_rl.py)
     usable   trainable               rows with a reward (and, for GRPO, a group to compare with)
              positive replay         a share of the batch drawn from past correct completions
                                      (llm_replay.py)
@@ -44,6 +45,7 @@ agentic_metrics.py), a step reports:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -71,27 +73,35 @@ class Schedule:
 class Controller:
     """The live run: the learners, the rollout side, the batch source and the policy version.
 
-    Built by `llm_setup.build_run`; the loop (llm.py) calls `step` and the checkpoints read
-    and restore the parts."""
+    Built by `llm_setup.build_run` (the loop, llm.py, calls `step`; the checkpoints read and
+    restore the parts) and by test-time RL's `PolicyAdapter` (one per problem or band)."""
 
     def __init__(
         self,
         *,
         learners: Learners,
         credit: CreditSettings,
-        rollouts: Rollouts,
         source: BatchSource,
-        task: TaskData,
-        schedule: Schedule,
+        engine: RolloutEngine,
+        pad_id: int,
+        schedule: Schedule = Schedule(),
         replay: PositiveReplay | None = None,
+        watched: Sequence[object] = (),
+        rollouts: Rollouts | None = None,
+        task: TaskData | None = None,
     ) -> None:
         self.learners = learners
         self.credit = credit
-        self.rollouts = rollouts
         self.source = source
-        self.task = task
+        self._engine = engine
+        self.pad_id = pad_id  # replayed rows are padded with it
         self.schedule = schedule
         self.replay = replay
+        self.watched = tuple(watched)  # parts with `metrics()` (Ray actors: their restarts)
+        # A training run's rollout side and task, which its loop, evaluations, checkpoints and
+        # the numerics preflight read; the step never does. Test-time RL has neither.
+        self.rollouts = rollouts
+        self.task = task
         # the policy's version: the step whose update it last took (0: the initial weights);
         # the engines sample with it, rollouts carry it
         self.version = 0
@@ -120,11 +130,12 @@ class Controller:
 
     @property
     def engine(self) -> RolloutEngine:
-        """The engine of the rollout side (evaluations, plain batches)."""
-        return self.rollouts.engine
+        """The run's engine (evaluations, plain batches)."""
+        return self._engine
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
+        assert self.rollouts is not None, "a controller without a rollout side has no tokenizer"
         return self.rollouts.tokenizer
 
     def engines(self) -> list[RolloutEngine]:
@@ -160,7 +171,7 @@ class Controller:
         self.replay.add(usable, step)
         if replayed is None:
             return usable, metrics
-        return Scored.concat([usable, replayed], self.tokenizer.pad_token_id), metrics
+        return Scored.concat([usable, replayed], self.pad_id), metrics
 
     def _update(self, usable: Scored, step: int) -> tuple[dict[str, float], bool]:
         """The learners' part of a step: the train batch, the critic's and the actor's
@@ -205,9 +216,8 @@ class Controller:
         metrics.update(
             {"tokens_per_s": tokens / (t2 - t0), "time/rollout": t1 - t0, "time/update": t2 - t1}
         )
-        for part in (self.engine, self.rollouts.reward):  # Ray actors: restarts so far
-            if hasattr(part, "metrics"):
-                metrics.update(part.metrics())
+        for part in self.watched:
+            metrics.update(part.metrics())  # type: ignore[attr-defined]
         if self.device.type == "cuda":  # the most any rank's GPU has held so far
             peak_mib = self.dist.all_max(torch.cuda.max_memory_allocated(self.device) >> 20)
             metrics["memory/peak_gib"] = peak_mib / 1024
@@ -217,4 +227,5 @@ class Controller:
         """Stop what runs beside the trainer: prefetching or episodes, reward workers,
         engines."""
         self.source.close()
-        self.rollouts.close()
+        if self.rollouts is not None:
+            self.rollouts.close()

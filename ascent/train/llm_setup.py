@@ -325,11 +325,14 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> Controller:
         controller = Controller(
             learners=learners,
             credit=CreditSettings.of(cfg, parts, engine.exact_logprobs),
-            rollouts=rollouts,
             source=source,
-            task=task,
+            engine=engine,
+            pad_id=tokenizer.pad_token_id,
             schedule=Schedule(cfg.critic.value_warmup_steps, cfg.replay_rows),
             replay=replay,
+            watched=[part for part in (engine, reward) if hasattr(part, "metrics")],
+            rollouts=rollouts,
+            task=task,
         )
         started.pop_all()
     return controller

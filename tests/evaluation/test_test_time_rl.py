@@ -18,7 +18,7 @@ from ascent.configfile import load_config
 from ascent.errors import ConfigError
 from ascent.evaluation import run_eval
 from ascent.evaluation import test_time_run as ttr
-from ascent.evaluation.test_time_rl import PolicyAdapter
+from ascent.evaluation.test_time_rl import AttemptBatches, PolicyAdapter
 from ascent.evaluation.test_time_scoring import AttemptScorer, majority
 from ascent.models import load_policy
 from ascent.rewards.judge import StdioTest
@@ -59,13 +59,16 @@ class Spy:
 @pytest.fixture
 def spy(monkeypatch) -> Spy:
     seen = Spy()
-    update, adapt, score = PolicyAdapter.update, PolicyAdapter.adapt, AttemptScorer.score
+    draw, adapt, score = AttemptBatches.next, PolicyAdapter.adapt, AttemptScorer.score
 
-    def spied_update(adapter, step, batch, attempts, scores):
+    def spied_next(source, version):
+        out = draw(source, version)
+        group = out[2]  # every attempt sampled, trained on or not
+        batch = group.rollout
         seen.fed.append(
-            (list(scores.rewards), batch.prompt_ids.clone(), batch.response_ids.clone())
+            (list(group.rewards.total), batch.prompt_ids.clone(), batch.response_ids.clone())
         )
-        return update(adapter, step, batch, attempts, scores)
+        return out
 
     async def spied_adapt(adapter, prompt, visible, scorer, generator):
         seen.adapter = adapter
@@ -78,7 +81,7 @@ def spy(monkeypatch) -> Spy:
         seen.scored.append((repr(visible.problem), repr(visible.tests), list(texts)))
         return await score(scorer, visible, texts)
 
-    monkeypatch.setattr(PolicyAdapter, "update", spied_update)
+    monkeypatch.setattr(AttemptBatches, "next", spied_next)
     monkeypatch.setattr(PolicyAdapter, "adapt", spied_adapt)
     monkeypatch.setattr(AttemptScorer, "score", spied_score)
     return seen
