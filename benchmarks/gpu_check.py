@@ -18,6 +18,11 @@ with vLLM (colocated, sleep mode on). Last line: one JSON object with, per model
 tokens_per_s (generated tokens per second, all GPUs) and per GPU, step_s (mean over the steps
 after the first 2), peak_memory_gib_per_gpu and the trainer-engine log-prob gap.
 `--models random` or `--models smollm2` runs one of the two.
+
+With two GPUs or more and vLLM, the real model also runs on one trainer GPU against a vLLM
+server on the next GPU, once per weight sync (`server_disk`: safetensors on disk,
+`server_nccl`: GPU to GPU through vLLM's weight-transfer engine), with the seconds each sync
+took (`weight_sync_s`); the NCCL path has not run anywhere else.
 """
 
 from __future__ import annotations
@@ -80,7 +85,8 @@ def run_recipe(
     """20 GRPO steps of `model` with `engine`; tokens/s, step time and peak memory per GPU."""
     from ascent.cli import main as ascent
 
-    name = f"gpu-check-{Path(model).name.replace(':', '-')}-{engine}"
+    tag = engine + "".join(f"-{v.strip(chr(34))}" for k, v in extra.items() if "vllm." in k)
+    name = f"gpu-check-{Path(model).name.replace(':', '-')}-{tag}"
     overrides = {
         "model.name_or_path": f'"{model}"',
         "model.dtype": '"float32"' if args.cpu else '"bfloat16"',
@@ -117,6 +123,7 @@ def run_recipe(
         "step_s": round(statistics.mean(r["time/rollout"] + r["time/update"] for r in timed), 3),
         "peak_memory_gib_per_gpu": timed[-1].get("memory/peak_gib"),
         "engine_logprob_gap": timed[-1].get("engine/logprob_gap"),
+        "weight_sync_s": round(statistics.mean(r.get("time/weight_sync", 0.0) for r in timed), 3),
     }
 
 
@@ -147,6 +154,15 @@ def main() -> None:
             result["smollm2_135m"] = {
                 e: run_recipe(root, "ascent:smollm2-135m", e, args, gpus, extra) for e in engines
             }
+            if "vllm" in engines and gpus >= 2:  # the trainer on GPU 0, a server on GPU 1
+                for sync in ("disk", "nccl"):
+                    server = {
+                        "rollout.vllm.mode": '"server"',
+                        "rollout.vllm.weight_sync": f'"{sync}"',
+                    }
+                    result["smollm2_135m"][f"server_{sync}"] = run_recipe(
+                        root, "ascent:smollm2-135m", "vllm", args, 1, extra | server
+                    )
     result |= {
         "device": "cpu" if args.cpu else torch.cuda.get_device_name(0),
         "gpus": gpus,

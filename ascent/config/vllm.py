@@ -35,7 +35,10 @@ class VllmSection(Section):
     weight_sync: Literal["disk", "nccl"] = Field(
         "disk",
         description="server mode: disk (safetensors in sync_dir, which the servers must be able "
-        "to read: a shared filesystem across nodes); nccl (GPUs) is refused: not available yet.",
+        "to read: a shared filesystem across nodes); nccl (GPU to GPU through vLLM's "
+        "weight-transfer engine; each server on a GPU of its own: ascent starts its servers on "
+        "the GPUs after the trainer's ranks, and servers named in urls must run "
+        '--weight-transfer-config \'{"backend": "nccl"}\'; refused on a CPU trainer).',
     )
     sync_dir: str | None = Field(
         None, description="server mode, disk sync: where weights are written; unset: RUN/vllm-sync."
@@ -76,11 +79,6 @@ class VllmSection(Section):
             raise ValueError(
                 '[rollout.vllm] sleep_mode: only mode = "colocate" sleeps (servers keep their '
                 "memory); remove the key"
-            )
-        if self.weight_sync == "nccl":
-            raise ValueError(
-                '[rollout.vllm] weight_sync = "nccl": not available yet (it needs GPUs and '
-                'vLLM\'s weight-transfer engine); use weight_sync = "disk"'
             )
         if self.urls:
             for key in ("servers", "kv_cache_mib", "gpu_memory_utilization", "max_model_len"):

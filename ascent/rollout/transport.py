@@ -9,9 +9,9 @@ engine samples, and says so by name (`engine.transport.name`, logged once per ru
     safetensors   one file per version under a sync folder, written atomically, read by the
                   servers (vLLM server mode; a shared filesystem across nodes)
     ray           the Ray object store: one `ray.put` per version, fetched by every replica
-
-GPU-to-GPU transfer over NCCL (`[rollout.vllm] weight_sync = "nccl"`) is not wired in: the
-config refuses it at load, in one line naming the disk transport instead.
+    nccl          GPU to GPU: a broadcast into each vLLM server's workers through vLLM's
+                  weight-transfer engine (`vllm_nccl.py`, `[rollout.vllm] weight_sync =
+                  "nccl"`; refused in one line off the GPUs, not yet run on one)
 
 Exactly one process publishes per run: on several ranks the engines that serve the whole run
 are rank 0's (`ascent.train.run_engine`), and the others only take part in gathering shards.

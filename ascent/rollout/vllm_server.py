@@ -9,7 +9,8 @@ Weights (`weight_sync = "disk"`): after each update the trainer writes the full 
 (safetensors, tied weights under each name) into `sync_dir/version-N/`, and every server
 reloads it between requests (`/pause`, `/collective_rpc reload_weights`, `/resume`: the
 development endpoints, so servers run with VLLM_SERVER_DEV_MODE=1). Across nodes, sync_dir
-must be a filesystem every server can read.
+must be a filesystem every server can read. With `weight_sync = "nccl"` the paused servers
+receive the new weights GPU to GPU instead (`vllm_nccl.py`).
 
 A server that stops answering is waited for up to startup_timeout_sec, with one line saying
 so; when it is back (restarted, so holding its initial weights) it is given the latest
@@ -41,6 +42,7 @@ from ascent.rollout.engine import EngineContext
 from ascent.rollout.sampling import SamplingParams, draw_seeds
 from ascent.rollout.transport import SafetensorsDir
 from ascent.rollout.vllm_engine import completions_to_batch, engine_args
+from ascent.rollout.vllm_nccl import TRANSFER_CONFIG, NcclToServers, gpus_after, nccl_possible
 
 MODEL_NAME = "policy"  # the name ascent's servers serve the model under
 NEGATABLE = {"enable_chunked_prefill"}  # engine arguments whose False is a --no-... flag
@@ -55,8 +57,15 @@ def _free_port() -> int:
 class ServerProcess:
     """A `vllm serve` process ascent started, in a process group of its own."""
 
-    def __init__(self, args: dict[str, Any], device: torch.device, log: Path) -> None:
-        """`args`: `engine_args(...)`, the colocated engine's own, as command-line flags."""
+    def __init__(
+        self,
+        args: dict[str, Any],
+        device: torch.device,
+        log: Path,
+        env_extra: dict[str, str] | None = None,
+    ) -> None:
+        """`args`: `engine_args(...)`, the colocated engine's own, as command-line flags;
+        `env_extra`: more of its environment (its GPU)."""
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         server = "vllm.entrypoints.openai.api_server"
@@ -73,6 +82,7 @@ class ServerProcess:
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_LOGGING_LEVEL="WARNING")
         if device.type == "cpu":
             env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+        env |= env_extra or {}
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log, self.cmd, self.env = log, cmd, env
         self.start()
@@ -110,13 +120,14 @@ class VLLMServers:
         sync_dir: Path,
         timeout: float,
         processes: Sequence[ServerProcess] = (),
+        weight_sync: str = "disk",
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.urls = [u.rstrip("/").removesuffix("/v1") for u in urls]
         self.pad_id = pad_id
         self.eos_ids = sorted(set(eos_ids))
         self.device = device
         self.sync_dir = sync_dir
-        self.transport = SafetensorsDir(sync_dir)
         self.timeout = timeout
         self.processes = list(processes)
         self.version = 0
@@ -128,12 +139,23 @@ class VLLMServers:
         self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))
         for url in self.urls:
             self._wait_up(url, starting=True)
+        self.transport: SafetensorsDir | NcclToServers = SafetensorsDir(sync_dir)
+        if weight_sync == "nccl":  # once the servers answer: they join the groups
+            self.transport = NcclToServers(self.urls, dtype=dtype, device=device,
+                                           timeout=timeout, free_port=_free_port)  # fmt: skip
 
     @classmethod
     def from_config(cls, ctx: EngineContext, model_path: str) -> VLLMServers:
         v = ctx.cfg.rollout.vllm
         sync_dir = Path(v.sync_dir) if v.sync_dir else ctx.work_dir / "vllm-sync"
         processes = []
+        nccl = v.weight_sync == "nccl"
+        if nccl:
+            nccl_possible(ctx.device)
+        gpus: list[str | None] = [None] * v.servers
+        if nccl and not v.urls:  # NCCL joins no two processes on one GPU
+            trainer_gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            gpus = gpus_after(trainer_gpus, v.servers, torch.cuda.device_count())
         if not v.urls:
             for i in range(v.servers):
                 processes.append(
@@ -147,16 +169,19 @@ class VLLMServers:
                             gpu_memory_utilization=v.gpu_memory_utilization,
                             max_model_len=v.max_model_len,
                             sleep_mode=False,  # servers keep their memory
-                        ),
+                        )
+                        | ({"weight_transfer_config": TRANSFER_CONFIG} if nccl else {}),
                         ctx.device,
                         ctx.work_dir / f"vllm-server-{i}.log",
+                        {"CUDA_VISIBLE_DEVICES": gpus[i]} if gpus[i] is not None else None,
                     )
                 )
         urls = v.urls or [p.url for p in processes]
         try:
             return cls(urls, pad_id=ctx.pad_id, eos_ids=ctx.eos_ids, device=ctx.device,
                        sync_dir=sync_dir, timeout=v.startup_timeout_sec,
-                       processes=processes)  # fmt: skip
+                       processes=processes, weight_sync=v.weight_sync,
+                       dtype=ctx.compute_dtype)  # fmt: skip
         except BaseException:
             for p in processes:
                 p.stop()
@@ -196,8 +221,8 @@ class VLLMServers:
                 response = self.http.post(f"{url}{path}", json=body)
             except httpx.TransportError:
                 self._wait_up(url)
-                if self._weights is not None and path == "/v1/completions":
-                    self._reload(url)  # a restarted server holds its initial weights
+                if path == "/v1/completions":
+                    self._restarted(url)
                 continue
             if response.status_code >= 400:
                 raise AscentError(
@@ -247,7 +272,29 @@ class VLLMServers:
 
     # -- weights ------------------------------------------------------------------------
 
+    def _restarted(self, url: str) -> None:
+        """A server that came back holds its initial weights: give it the latest."""
+        if isinstance(self.transport, NcclToServers):
+            raise AscentError(
+                f"vLLM server {url} restarted and lost its NCCL weight group, so it would "
+                "sample its initial weights; resume the run from its last checkpoint, or use "
+                '[rollout.vllm] weight_sync = "disk", which reloads a restarted server'
+            )
+        if self._weights is not None:
+            self._reload(url)
+
     def sync_weights(self, weights: Iterable[tuple[str, Tensor]], version: int) -> None:
+        if isinstance(self.transport, NcclToServers):
+            with self._lock:  # after the batch being sampled, if any
+                for url in self.urls:
+                    self._post(url, "/pause?mode=wait", {})
+                try:
+                    self.transport.send(weights, version)
+                    self.version = version
+                finally:
+                    for url in self.urls:
+                        self._post(url, "/resume", {})
+            return
         target = self.transport.send(weights, version)
         with self._lock:  # after the batch being sampled, if any
             self._weights, self.version = target, version
@@ -264,6 +311,8 @@ class VLLMServers:
         self._post(url, "/resume", {})
 
     def close(self) -> None:
+        if isinstance(self.transport, NcclToServers):
+            self.transport.close()
         self.http.close()
         for process in self.processes:
             process.stop()

@@ -86,6 +86,7 @@ class LLMConfig(LLMSections):
         llm_rules.sampling_settings(self)
         llm_rules.loss_settings(self)
         llm_rules.async_settings(self)
+        llm_rules.weight_sync_settings(self)
         self.assistant.check_role(self.models)
         self._warnings = llm_rules.inert_settings(self) + llm_rules.upper_bounds(self)
         return self

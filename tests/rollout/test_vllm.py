@@ -169,8 +169,10 @@ def test_the_engine_without_the_extra_is_one_line_saying_how_to_install_it(monke
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (['rollout.vllm.mode="server"', 'rollout.vllm.weight_sync="nccl"'],
-         r'weight_sync = "nccl": not available yet .* use weight_sync = "disk"'),
+        (['rollout.vllm.mode="server"', 'rollout.vllm.weight_sync="nccl"', 'run.device="cpu"'],
+         r'weight_sync = "nccl" sends weights from GPU to GPU, and \[run\] device = "cpu"; '
+         r'use weight_sync = "disk"'),
+        (['rollout.vllm.weight_sync="nccl"'], r'weight_sync: only mode = "server" uses it'),
         (['rollout.vllm.mode="server"', "rollout.vllm.sleep_mode=false"],
          r'sleep_mode: only mode = "colocate" sleeps'),
         (['rollout.vllm.servers=2'], r'servers: only mode = "server" uses it'),
