@@ -1,4 +1,4 @@
-"""Secrets: what counts as one, and the one way any of it is ever shown.
+"""Secrets: what counts as one, the one way any of it is ever shown, and where it is refused.
 
 Every part of ascent that may quote a user's value or a server's text (config errors, `config
 show`, `config migrate`'s comments, settings.json, API failures, the assistant's log, `serve`)
@@ -10,7 +10,11 @@ goes through this module, so there is one key detector and one redaction:
   names a variable);
 - a secret prints as its first 4 characters and its length (`mask_secret`), never more;
 - `redact` masks, in free text, every key-shaped word and every piece that shares 5
-  characters with a known secret (the keys a process holds).
+  characters with a known secret (the keys a process holds);
+- a secret is refused where the config names something else: a key pasted as `api_key_env`
+  (`check_key_env_name`, `guard_pasted_key`), a `base_url` other than a bare http(s) root
+  (`check_base_url`: no credentials, query or fragment); the `[api]` and `[models.<role>]`
+  sections' validators call these, and `ascent.api.roles` on a URL read from a variable.
 """
 
 from __future__ import annotations
@@ -135,3 +139,80 @@ def shown(value: Any, limit: int = 60, name: str = "") -> str:
     else:
         text = one_line(json.dumps(masked(value, secret), default=str, ensure_ascii=False))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _without_secrets(text: str) -> str:
+    """`text` for a message: anything before an '@' dropped, key-shaped words masked."""
+    return redact("…@" + text.rpartition("@")[2] if "@" in text else text)
+
+
+def check_key_env_name(value: str, where: str) -> str:
+    """Validate an `api_key_env` value: the name of a variable, never the key itself.
+
+    An empty value means the endpoint takes no key (a local `ascent serve` or vLLM).
+    """
+    if value == "":
+        return value
+    if looks_like_key(value):
+        raise ValueError(
+            f"{where} api_key_env holds what looks like an API key ({mask_secret(value)}), not a "
+            "variable name; put the key in an environment variable or .env and write its NAME "
+            'here, e.g. api_key_env = "OPENAI_API_KEY"'
+        )
+    if value.startswith("$") and ENV_NAME.match(value[1:].strip("{}")):
+        raise ValueError(
+            f"{where} api_key_env: write the variable name without '$', "
+            f'e.g. api_key_env = "{value[1:].strip("{}")}"'
+        )
+    if not ENV_NAME.match(value):
+        raise ValueError(
+            f"{where} api_key_env: {value!r} is not an environment variable name (letters, "
+            'digits and _, not starting with a digit), e.g. api_key_env = "OPENAI_API_KEY"'
+        )
+    return value
+
+
+def guard_pasted_key(table: Any, where: str) -> None:
+    """Refuse a key pasted as `api_key_env`, masking it in the raw input first.
+
+    Pydantic quotes a failing input in its own error text; masking the raw table in place
+    keeps the key out of that text too, whoever prints the ValidationError.
+    """
+    if not isinstance(table, dict):
+        return
+    value = table.get("api_key_env")
+    if isinstance(value, str) and looks_like_key(value):
+        table["api_key_env"] = mask_secret(value)
+        check_key_env_name(value, where)
+
+
+def check_base_url(value: str, where: str) -> str:
+    """An http(s) API root with nothing secret in it: credentials before the host
+    (`https://user:KEY@host`) would be printed by `config show` and `doctor` and saved with
+    the run's config, so they are refused (shown without them) in favour of api_key_env."""
+    if not re.match(r"^https?://[^/\s]+", value):
+        cleaned = _without_secrets(value)
+        raise ValueError(
+            f"{where} base_url: {repr(value) if cleaned == value else cleaned} is not an http(s) "
+            "URL; write the "
+            'API root, e.g. base_url = "https://openrouter.ai/api/v1" or "http://127.0.0.1:8000/v1"'
+        )
+    scheme, _, rest = value.partition("://")
+    netloc, _, path = rest.partition("/")
+    if "@" in netloc:
+        host = netloc.rpartition("@")[2]
+        raise ValueError(
+            f"{where} base_url: '{scheme}://…@{host}' carries credentials before the host, "
+            "which would be printed and saved with the config; write the root without them "
+            f"('{scheme}://{host}/{_without_secrets(path)}'), put the key in an environment "
+            "variable or .env and name it in api_key_env"
+        )
+    if "?" in value or "#" in value:
+        root = re.split(r"[?#]", value, maxsplit=1)[0]  # the rest may hold a key: not shown
+        raise ValueError(
+            f"{where} base_url: '{root}…' carries a query string or fragment, which ascent "
+            "cannot send (requests go to base_url + /chat/completions); write the API root "
+            f'alone, e.g. base_url = "{root}" (for Azure OpenAI its v1 root, '
+            "https://RESOURCE.openai.azure.com/openai/v1)"
+        )
+    return value

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from ascent.api.keys import KeySource
-from ascent.config.api import VERSION_SEGMENT, ApiSection, ModelsSection, check_base_url
+from ascent.config.api import VERSION_SEGMENT, ApiSection, ModelsSection
 from ascent.errors import ConfigError
+from ascent.rules.roles import named_roles
+from ascent.secrets import check_base_url
 
 _ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/models", "/embeddings")
 
@@ -91,7 +93,7 @@ def resolve_roles(
     read only when some role uses `[api]`'s root."""
     out: dict[str, RoleSpec] = {}
     default_url: str | None = None
-    for role, (model, table) in models.roles().items():
+    for role, (model, table) in named_roles(models).items():
         if not model:
             raise ConfigError(
                 f'[models.{role}]: role {role} has no model; add {role}_model = "name" to [models]'

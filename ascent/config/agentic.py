@@ -25,7 +25,7 @@ whole config by `ascent.rules.agentic`, which `LLMConfig` runs on this section.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -33,7 +33,6 @@ from ascent.config.base import Section
 
 ROLES = ("hypothesis", "solver", "testgen", "summarizer")
 RoleSource = Literal["policy", "api", "scripted", "off"]
-GROUP_ADVANTAGES = ("grpo", "dr_grpo")  # grpo: (r - mean) / (std + eps); dr_grpo: r - mean
 
 
 class AgenticRolesSection(Section):
@@ -188,11 +187,3 @@ class AgenticSection(Section):
             if self.explicitly_set(key) and not active[key]:
                 raise ValueError(f"[agentic] {key} does nothing with {why}; remove the key")
         return self
-
-
-# Single-completion features the agentic step does not implement: (section, key, off value).
-def format_name(data: Any) -> str | None:
-    """The episode format of a `[data]` section: code for data files, else the task's name."""
-    if data is None:
-        return None
-    return "code" if getattr(data, "path", None) is not None else data.task

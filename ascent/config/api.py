@@ -34,88 +34,11 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ascent.config.base import Section
-from ascent.secrets import ENV_NAME, looks_like_key, mask_secret, redact
+from ascent.secrets import ENV_NAME, check_base_url, check_key_env_name, guard_pasted_key
 
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 VERSION_SEGMENT = re.compile(r"^v\d+[a-z0-9]*$")  # of an API path: v1, v1beta
 MODEL_SUFFIX = "_model"
-
-
-def _without_secrets(text: str) -> str:
-    """`text` for a message: anything before an '@' dropped, key-shaped words masked."""
-    return redact("…@" + text.rpartition("@")[2] if "@" in text else text)
-
-
-def check_key_env_name(value: str, where: str) -> str:
-    """Validate an `api_key_env` value: the name of a variable, never the key itself.
-
-    An empty value means the endpoint takes no key (a local `ascent serve` or vLLM).
-    """
-    if value == "":
-        return value
-    if looks_like_key(value):
-        raise ValueError(
-            f"{where} api_key_env holds what looks like an API key ({mask_secret(value)}), not a "
-            "variable name; put the key in an environment variable or .env and write its NAME "
-            'here, e.g. api_key_env = "OPENAI_API_KEY"'
-        )
-    if value.startswith("$") and ENV_NAME.match(value[1:].strip("{}")):
-        raise ValueError(
-            f"{where} api_key_env: write the variable name without '$', "
-            f'e.g. api_key_env = "{value[1:].strip("{}")}"'
-        )
-    if not ENV_NAME.match(value):
-        raise ValueError(
-            f"{where} api_key_env: {value!r} is not an environment variable name (letters, "
-            'digits and _, not starting with a digit), e.g. api_key_env = "OPENAI_API_KEY"'
-        )
-    return value
-
-
-def guard_pasted_key(table: Any, where: str) -> None:
-    """Refuse a key pasted as `api_key_env`, masking it in the raw input first.
-
-    Pydantic quotes a failing input in its own error text; masking the raw table in place
-    keeps the key out of that text too, whoever prints the ValidationError.
-    """
-    if not isinstance(table, dict):
-        return
-    value = table.get("api_key_env")
-    if isinstance(value, str) and looks_like_key(value):
-        table["api_key_env"] = mask_secret(value)
-        check_key_env_name(value, where)
-
-
-def check_base_url(value: str, where: str) -> str:
-    """An http(s) API root with nothing secret in it: credentials before the host
-    (`https://user:KEY@host`) would be printed by `config show` and `doctor` and saved with
-    the run's config, so they are refused (shown without them) in favour of api_key_env."""
-    if not re.match(r"^https?://[^/\s]+", value):
-        cleaned = _without_secrets(value)
-        raise ValueError(
-            f"{where} base_url: {repr(value) if cleaned == value else cleaned} is not an http(s) "
-            "URL; write the "
-            'API root, e.g. base_url = "https://openrouter.ai/api/v1" or "http://127.0.0.1:8000/v1"'
-        )
-    scheme, _, rest = value.partition("://")
-    netloc, _, path = rest.partition("/")
-    if "@" in netloc:
-        host = netloc.rpartition("@")[2]
-        raise ValueError(
-            f"{where} base_url: '{scheme}://…@{host}' carries credentials before the host, "
-            "which would be printed and saved with the config; write the root without them "
-            f"('{scheme}://{host}/{_without_secrets(path)}'), put the key in an environment "
-            "variable or .env and name it in api_key_env"
-        )
-    if "?" in value or "#" in value:
-        root = re.split(r"[?#]", value, maxsplit=1)[0]  # the rest may hold a key: not shown
-        raise ValueError(
-            f"{where} base_url: '{root}…' carries a query string or fragment, which ascent "
-            "cannot send (requests go to base_url + /chat/completions); write the API root "
-            f'alone, e.g. base_url = "{root}" (for Azure OpenAI its v1 root, '
-            "https://RESOURCE.openai.azure.com/openai/v1)"
-        )
-    return value
 
 
 class ApiSection(Section):
@@ -304,25 +227,6 @@ class ModelsSection(Section):
                 )
         return out
 
-    def roles(self) -> dict[str, tuple[str | None, RoleSection]]:
-        """Every named role -> (model or None when only a table names it, its overrides)."""
-        found: dict[str, tuple[str | None, RoleSection]] = {}
-        values = {
-            **{k: getattr(self, k) for k in type(self).model_fields},
-            **(self.model_extra or {}),
-        }
-        for key, value in values.items():
-            if key == "fallback_model" or value is None:
-                continue
-            if isinstance(value, RoleSection):
-                model, table = found.get(key, (None, None))
-                found[key] = (model or value.model, value)
-            elif key.endswith(MODEL_SUFFIX):
-                role = key[: -len(MODEL_SUFFIX)]
-                _, table = found.get(role, (None, None))
-                found[role] = (value, table or RoleSection())
-        return dict(sorted(found.items()))
-
 
 class AssistantSection(Section):
     """`[assistant]`: optional log analysis, three sentences every log_interval steps."""
@@ -346,12 +250,3 @@ class AssistantSection(Section):
                 f"[assistant] role: {value!r} is not a role name (lowercase letters, digits, _)"
             )
         return value
-
-    def check_role(self, models: ModelsSection) -> None:
-        """Refuse, at load time, an enabled assistant whose role has no model (LLM and classic
-        runs alike)."""
-        if self.enabled and not models.roles().get(self.role, (None,))[0]:
-            raise ValueError(
-                f'[assistant] role: {self.role!r} has no model; add {self.role}_model = "name" '
-                "to [models] or set [assistant] enabled = false"
-            )

@@ -7,24 +7,24 @@ recipe.
 
 An optional `settings.json` beside the config file carries the machine's runtime settings
 (where runs are written, device, threads, deterministic kernels), so one recipe can be shared
-between machines: `ascent/config/settings_json.py` reads it.
+between machines: `ascent/configfile/settings_json.py` reads it.
 
 `[api]`, `[models]` and `[assistant]` are the LLM config's sections (`ascent/config/api.py`):
 in a classic run the only API role is the log assistant's, which reads the metrics every
 `log_interval` updates. (The write-up's `[service]` is refused by the loader with where each
-of its keys lives in `[api]` / `[models]`: `ascent/config/aliases.py`.)
+of its keys lives in `[api]` / `[models]`: `ascent/configfile/aliases.py`.)
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ascent.config.api import ApiSection, AssistantSection, ModelsSection
 from ascent.config.base import Section
 from ascent.config.run import LoggingSection, RunSection
+from ascent.gym_envs import check_env
 
 
 class EnvSection(Section):
@@ -189,81 +189,3 @@ class ClassicSections(Section):
         default_factory=AssistantSection,
         description="Log assistant: three sentences on the metrics every log_interval updates.",
     )
-
-    @property
-    def transitions_per_update(self) -> int:
-        return self.train.rollout_steps * self.env.num_envs
-
-    @property
-    def num_updates(self) -> int:
-        """Updates in the whole run: total_timesteps rounded up to whole rollouts."""
-        return -(-self.train.total_timesteps // self.transitions_per_update)
-
-    @property
-    def solved_return(self) -> float | None:
-        """[train] solved_return, or the env's registered reward_threshold."""
-        if self.train.solved_return is not None:
-            return self.train.solved_return
-        return _env_spec(self.env.id).reward_threshold
-
-
-def unsupported_space(observation_space: Any, action_space: Any) -> str | None:
-    """Why the MLP actor-critic cannot act in an env with these spaces, in one line; None
-    when it can (checked at config load and again on the vector env)."""
-    from gymnasium import spaces
-
-    if not isinstance(observation_space, spaces.Box):
-        return (
-            f"observation space {observation_space} is not supported: the MLP agent needs a Box "
-            "(a vector or array of numbers); wrap the env to encode observations as a Box"
-        )
-    if isinstance(action_space, spaces.Discrete):
-        if int(action_space.start) != 0:
-            return f"action space {action_space} is not supported: Discrete must start at 0"
-        return None
-    if isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
-        return None
-    return (
-        f"action space {action_space} is not supported: the agent handles Discrete(n) and "
-        "1-D Box actions"
-    )
-
-
-def _env_spec(env_id: str) -> Any:
-    import gymnasium as gym
-
-    return gym.spec(env_id.rpartition(":")[2])  # "module:Id" registers Id on import
-
-
-def check_env(env_id: str) -> None:
-    """Raise ValueError (one line, with a hint) unless the agent can train on `env_id`.
-
-    Checked when the config loads, before a run directory exists: the id must be registered
-    (importing 'module:' first), the env must build, and its spaces must suit the agent.
-    """
-    import gymnasium as gym
-
-    module, sep, _ = env_id.rpartition(":")
-    if sep:
-        try:
-            importlib.import_module(module)
-        except (ImportError, TypeError, ValueError) as err:  # TypeError: ".x:Id"; ValueError: ":Id"
-            raise ValueError(
-                f"[env] id {env_id!r}: cannot import module {module!r} ({err}); "
-                "install the package that provides the environment"
-            ) from None
-    try:
-        _env_spec(env_id)
-    except gym.error.Error as err:
-        raise ValueError(
-            f"[env] id {env_id!r} is not a registered gymnasium environment: {err} "
-            "(list them with: python -c 'import gymnasium; gymnasium.pprint_registry()')"
-        ) from None
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as err:  # e.g. DependencyNotInstalled
-        raise ValueError(f"[env] id {env_id!r}: cannot create the environment: {err}") from None
-    problem = unsupported_space(env.observation_space, env.action_space)
-    env.close()
-    if problem is not None:
-        raise ValueError(f"[env] id {env_id!r}: {problem}")

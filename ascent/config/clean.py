@@ -5,8 +5,8 @@
     extra_patterns = {proof = ["establish that"], network = ["ftp server"]}
 
 The reasons are the filters registered in `ascent.data.clean.FILTERS`; the config is a leaf and
-never imports it, so their names are written here once (`tests/data/test_clean.py` checks that
-they equal the registry's).
+never imports it, so their names are written once in `ascent.names` (`tests/data/test_clean.py`
+checks that they equal the registry's).
 """
 
 from __future__ import annotations
@@ -15,30 +15,17 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from ascent.config import names
 from ascent.config.base import Section
-
-# The reasons decided by matching the problem's text, which extra_patterns can extend.
-PATTERN_REASONS = (
-    "needs_figure",
-    "needs_table",
-    "proof",
-    "multi_question",
-    "file_io",
-    "network",
-    "environment",
-)
-# Every drop reason, in the order the filters are tried (a row gets the first that applies).
-REASONS = ("empty", *PATTERN_REASONS, "bad_answer", "reference_fails")
+from ascent.names import DROP_REASONS, PATTERN_REASONS, unknown_message
 
 
 class CleanSection(Section):
     """`[clean]`: which problems `ascent data clean` drops, and why."""
 
     reasons: list[str] = Field(
-        default_factory=lambda: list(REASONS),
+        default_factory=lambda: list(DROP_REASONS),
         description="Drop reasons that apply (tried in a fixed order, a row gets the first "
-        f"that fits); the rest are kept. Valid: {', '.join(REASONS)}.",
+        f"that fits); the rest are kept. Valid: {', '.join(DROP_REASONS)}.",
     )
     extra_patterns: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -67,9 +54,9 @@ class CleanSection(Section):
     @classmethod
     def _known_reasons(cls, value: list[str]) -> list[str]:
         for reason in value:
-            if reason not in REASONS:
+            if reason not in DROP_REASONS:
                 raise ValueError(
-                    "[clean] reasons: " + names.unknown_message("drop reason", reason, REASONS)
+                    "[clean] reasons: " + unknown_message("drop reason", reason, DROP_REASONS)
                 )
         if len(set(value)) != len(value):
             raise ValueError("[clean] reasons lists a reason twice; list each once")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ascent.config import names
+from ascent import names
 from ascent.config.base import Section
 from ascent.config.grade import Difficulty
 

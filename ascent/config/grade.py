@@ -68,9 +68,3 @@ class GradeSection(Section):
                 "easy_at_least (e.g. 0.25 and 0.75)"
             )
         return self
-
-    def bucket(self, pass_rate: float) -> Difficulty:
-        """easy, medium or hard for a pass rate in [0, 1]."""
-        if pass_rate >= self.easy_at_least:
-            return "easy"
-        return "hard" if pass_rate < self.hard_below else "medium"

@@ -462,15 +462,3 @@ class LLMSections(Section):
     stages: list[StageSection] = Field(
         default_factory=list, description="Stages run one after another (SRPO); empty: one run."
     )
-
-    @property
-    def replay_rows(self) -> int:
-        """Completions per step drawn from the positive-replay buffer."""
-        return round(self.train.batch_size * self.sampling.replay_ratio)
-
-    @property
-    def engine_serves_the_run(self) -> bool:
-        """The rollout engine runs outside the trainer's processes (vLLM servers, Ray
-        replicas): one for the run, whatever the number of ranks."""
-        replicas = self.cluster.backend == "ray" and bool(self.cluster.rollout_replicas)
-        return replicas or (self.rollout.engine == "vllm" and self.rollout.vllm.mode == "server")

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ascent.config.hub_ids import hub_id_hint
 from ascent.configfile import aliases
 from ascent.configfile.aliases import Alias, Kind, label
 from ascent.configfile.loader import YAML_SUFFIXES, config_from_data, tomllib
@@ -43,6 +42,7 @@ from ascent.configfile.settings_json import (
     read_settings,
 )
 from ascent.errors import AscentError, one_line
+from ascent.hub_ids import hub_id_hint
 from ascent.secrets import holds_secret, redact, secret_name, shown
 
 KEPT, SAME_NAME, ALIAS, IMPLIED = 0, 1, 2, 3  # who wins a key two sources set: lowest first

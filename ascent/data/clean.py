@@ -4,9 +4,9 @@ A row becomes an `Item`: its kind (math, or code in one of `code_problems.CODE_F
 column holding its text, and that text with links removed and whitespace normalised. The
 answer, tests and reference solution are never rewritten. Each drop reason is a filter in
 `FILTERS`, all with one signature, `filter(items, ctx) -> [detail or None]`: a detail says
-why that item is dropped. `[clean] reasons` chooses the filters; they run in `REASONS` order,
-each on the items no earlier filter dropped and only on the kinds it is registered for (SRPO
-drops figure, table, proof and multi-part problems from math, and file, network and
+why that item is dropped. `[clean] reasons` chooses the filters; they run in `DROP_REASONS`
+order, each on the items no earlier filter dropped and only on the kinds it is registered for
+(SRPO drops figure, table, proof and multi-part problems from math, and file, network and
 environment needs from code). Links and patterns live in `ascent.data.clean_rules`.
 """
 
@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ascent.config.clean import REASONS, CleanSection
+from ascent.config.clean import CleanSection
 from ascent.config.data import ColumnsSection
 from ascent.config.rewards import CodeRewardSection, SandboxSection
 from ascent.data import clean_rules as rules
 from ascent.data.clean_rules import clean_text
 from ascent.data.code_problems import MATH_PROMPTS, NORMALISERS, CodeProblem, code_row
 from ascent.errors import AscentError
+from ascent.names import DROP_REASONS
 from ascent.registry import Registry
 
 TEXT_COLUMNS = {"code": "statement", "humaneval": "prompt", "code_contests": "content"}
@@ -170,7 +171,7 @@ class FilterContext:
                 *rules.PATTERNS.get(reason, ()),
                 *(re.compile(p, re.I | re.M) for p in extra.get(reason, ())),
             ]
-            for reason in REASONS
+            for reason in DROP_REASONS
         }
 
 
@@ -308,7 +309,7 @@ def _failure(verdict: Any) -> str | None:
 def apply_filters(items: Sequence[Item], ctx: FilterContext) -> dict[int, tuple[str, str]]:
     """{index in items: (reason, detail)} of the dropped items; the first reason wins."""
     dropped: dict[int, tuple[str, str]] = {}
-    for reason in (r for r in REASONS if r in ctx.settings.reasons):
+    for reason in (r for r in DROP_REASONS if r in ctx.settings.reasons):
         kinds = FILTERS.meta(reason)["kinds"]
         todo = [i for i, item in enumerate(items) if i not in dropped and item.kind in kinds]
         if not todo:

@@ -30,10 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ascent.config.base import Section
-from ascent.config.clean import REASONS, CleanSection
+from ascent.config.clean import CleanSection
 from ascent.config.data import ColumnsSection
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.errors import AscentError
+from ascent.names import DROP_REASONS
 
 data_app = typer.Typer(
     help="Prepare data sets for RL: clean problems, grade them by difficulty.",
@@ -94,7 +95,7 @@ class CleanReport:
         return sum(self.by_reason.values())
 
     def to_json(self) -> dict[str, Any]:
-        reasons = {r: self.by_reason[r] for r in REASONS if self.by_reason[r]}
+        reasons = {r: self.by_reason[r] for r in DROP_REASONS if self.by_reason[r]}
         return {"kept": self.kept, "dropped": self.dropped, "by_reason": reasons}
 
 
@@ -246,7 +247,7 @@ def print_report(report: CleanReport, console: Console | None = None) -> None:
     table.add_column("outcome")
     table.add_column("rows", justify="right")
     table.add_column("share", justify="right")
-    for reason in REASONS:
+    for reason in DROP_REASONS:
         if report.by_reason[reason]:
             count = report.by_reason[reason]
             table.add_row(f"dropped: {reason}", str(count), f"{100 * count / total:.1f}%")

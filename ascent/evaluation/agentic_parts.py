@@ -33,6 +33,7 @@ from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rollout.agentic.roles import ApiRoles, PolicyBatcher
 from ascent.rollout.agentic.verify import Verifier
 from ascent.rules import LLMConfig
+from ascent.rules.roles import named_roles
 
 CHARS_PER_TOKEN = 4  # the transcript's length in tokens when no local tokenizer is loaded
 # The failed API requests of the episode running in the current task: (role, diagnosis).
@@ -160,7 +161,7 @@ def check_agentic_eval(cfg: LLMConfig, roles: dict[str, str], checkpoint: Path |
             '--checkpoint loads a local policy, and no [agentic.roles] role is "policy"; '
             'set e.g. solver = "policy", or drop --checkpoint'
         )
-    named = {role for role, (model, _) in cfg.models.roles().items() if model}
+    named = {role for role, (model, _) in named_roles(cfg.models).items() if model}
     for role, source in roles.items():
         if source == "api" and role not in named:
             raise ConfigError(

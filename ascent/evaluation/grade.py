@@ -38,7 +38,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ascent.config.data import ColumnsSection
-from ascent.config.grade import DIFFICULTIES
+from ascent.config.grade import DIFFICULTIES, Difficulty, GradeSection
 from ascent.data.code_problems import MATH_PROMPTS, check_row_kind, code_row
 from ascent.data.files import DIFFICULTY_COLUMN, row_to_problem
 from ascent.data.problems import Problem as DataProblem
@@ -52,6 +52,13 @@ from ascent.observe.progress import TrainProgress
 from ascent.rules import LLMConfig
 
 ORIGINAL_LABEL = "source_difficulty"  # where a row's own, non-grade difficulty label is kept
+
+
+def bucket(grade: GradeSection, pass_rate: float) -> Difficulty:
+    """easy, medium or hard for a pass rate in [0, 1], by the [grade] thresholds."""
+    if pass_rate >= grade.easy_at_least:
+        return "easy"
+    return "hard" if pass_rate < grade.hard_below else "medium"
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ def grade_rows(
             scorer.close()
     g = cfg.grade
     rates = [n / g.k for n in passes]
-    graded = [_graded_row(i.row, r, g.bucket(r)) for i, r in zip(items, rates, strict=True)]
+    graded = [_graded_row(i.row, r, bucket(g, r)) for i, r in zip(items, rates, strict=True)]
     elapsed = time.monotonic() - start
     return GradeReport(path, g.k, g.easy_at_least, g.hard_below, endpoint.info, graded, elapsed)
 
@@ -243,7 +250,7 @@ async def _grade_all(
                 *(_sample(endpoint, scorers[item.kind], item) for _ in range(k))
             )
             passes[i] = sum(verdicts)
-            tally[cfg.grade.bucket(passes[i] / k)] += 1
+            tally[bucket(cfg.grade, passes[i] / k)] += 1
             tally["done"] += 1
             progress.update(tally["done"], tally)
 

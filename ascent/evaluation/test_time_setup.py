@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascent.config.agentic import GROUP_ADVANTAGES, ROLES, format_name
+from ascent.config.agentic import ROLES
 from ascent.config.evaluation import HELD_OUT
 from ascent.data import Problem
 from ascent.data.code_problems import CodeProblem
@@ -23,9 +23,11 @@ from ascent.errors import ConfigError
 from ascent.evaluation.agentic_parts import EvalFormat, check_agentic_eval, episode_problems
 from ascent.evaluation.bands import Skipped, in_bands, no_problem_in_bands
 from ascent.evaluation.problem_set import resolve_problems_path, select_problems
+from ascent.names import format_name
 from ascent.rollout.agentic.format_registry import FORMATS
 from ascent.rollout.agentic.formats import CodeFormat
 from ascent.rules import LLMConfig
+from ascent.rules.agentic import GROUP_ADVANTAGES
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from ascent.algos import entropy_from_logits
-from ascent.config.classic import unsupported_space
+from ascent.gym_envs import unsupported_space
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}

@@ -14,9 +14,9 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.config.hub_ids import hub_id_hint
 from ascent.config.llm_sections import CriticSection, LoraSection, ModelSection
 from ascent.errors import AscentError, UnknownNameError, did_you_mean
+from ascent.hub_ids import hub_id_hint
 from ascent.models.builtin import BUILTIN_MODELS, BUILTIN_PREFIX
 from ascent.models.lean import lean_activations
 from ascent.models.value import ValueModel, separate_critic, value_head

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import Tensor, nn
 
-from ascent.config.names import EngineTraits
 from ascent.models.interface import base_model
+from ascent.names import EngineTraits
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.decoders import CacheDecoder, PackedLlama, StaticLlamaDecoder
 from ascent.rollout.engine import ENGINES, EngineContext

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascent.config.names import EngineTraits
 from ascent.models import resolve_model_path
+from ascent.names import EngineTraits
 from ascent.rollout.engine import ENGINES, EngineContext
 from ascent.rollout.vllm_engine import VLLMEngine
 from ascent.rollout.vllm_server import VLLMServers

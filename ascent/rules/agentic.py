@@ -7,9 +7,12 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, ValidationInfo
 
-from ascent.config import names
-from ascent.config.agentic import GROUP_ADVANTAGES, AgenticSection, format_name
+from ascent import names
+from ascent.config.agentic import AgenticSection
+from ascent.rules.roles import named_roles
 
+GROUP_ADVANTAGES = ("grpo", "dr_grpo")  # grpo: (r - mean) / (std + eps); dr_grpo: r - mean
+# Single-completion features the agentic step does not implement: (section, key, off value).
 NOT_AGENTIC = (
     ("algorithm", "nll_coef", 0.0),
     ("algorithm", "overlong", "off"),
@@ -70,7 +73,7 @@ def _refuse_foreign(section: AgenticSection, data: dict[str, Any]) -> None:
 
 
 def _check_task_and_roles(section: AgenticSection, data: dict[str, Any]) -> None:
-    name = format_name(data.get("data"))
+    name = names.format_name(data.get("data"))
     if name is not None and name not in names.AGENTIC_FORMATS:
         raise ValueError(
             f"[data] task: agentic episodes need problems with a code view; '{name}' has none "
@@ -79,7 +82,7 @@ def _check_task_and_roles(section: AgenticSection, data: dict[str, Any]) -> None
     models = data.get("models")
     if models is None:
         return
-    named = {role for role, (model, _) in models.roles().items() if model}
+    named = {role for role, (model, _) in named_roles(models).items() if model}
     for role in section.roles.by_source("api"):
         if role not in named:
             raise ValueError(

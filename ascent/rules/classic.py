@@ -1,4 +1,5 @@
-"""The root model of a classic PPO run: `ClassicSections`' tables plus the rules between them
+"""The root model of a classic PPO run: `ClassicSections`' tables plus what they decide
+together (updates in the run, the return that counts as solved) and the rules between them
 (batch arithmetic, a solved return to stop at, the log assistant as the only API role)."""
 
 from __future__ import annotations
@@ -8,10 +9,28 @@ import math
 from pydantic import model_validator
 
 from ascent.config.classic import ClassicSections
+from ascent.gym_envs import env_spec
+from ascent.rules.roles import check_assistant_role, named_roles
 
 
 class ClassicConfig(ClassicSections):
     """A classic actor-critic PPO run (chosen when the config has an [env] section)."""
+
+    @property
+    def transitions_per_update(self) -> int:
+        return self.train.rollout_steps * self.env.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        """Updates in the whole run: total_timesteps rounded up to whole rollouts."""
+        return -(-self.train.total_timesteps // self.transitions_per_update)
+
+    @property
+    def solved_return(self) -> float | None:
+        """[train] solved_return, or the env's registered reward_threshold."""
+        if self.train.solved_return is not None:
+            return self.train.solved_return
+        return env_spec(self.env.id).reward_threshold
 
     @model_validator(mode="after")
     def _batch_arithmetic(self) -> ClassicConfig:
@@ -56,14 +75,14 @@ class ClassicConfig(ClassicSections):
     @model_validator(mode="after")
     def _assistant_role(self) -> ClassicConfig:
         """The log assistant's role is the only API role a classic run calls."""
-        role, roles = self.assistant.role, self.models.roles()
+        role, roles = self.assistant.role, named_roles(self.models)
         other = [name for name in roles if name != role]
         if other:
             raise ValueError(
                 f"[models] {other[0]}: a classic PPO run calls an API only for the log "
                 f"assistant ([assistant] role = {role!r}); remove this role"
             )
-        self.assistant.check_role(self.models)
+        check_assistant_role(self.assistant, self.models)
         unused = [f"[{name}]" for name in ("api", "models") if self.explicitly_set(name)]
         if unused and not self.assistant.enabled:
             verb = "have" if len(unused) > 1 else "has"

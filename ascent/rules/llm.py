@@ -13,12 +13,13 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from ascent.config import names
+from ascent import names
 from ascent.config.agentic import AgenticSection
 from ascent.config.data import SOURCE_KEYS
 from ascent.config.llm_sections import AlgorithmSection, LLMSections, RolloutSection, StageSection
 from ascent.rules import llm_rules
 from ascent.rules.agentic import AgenticField
+from ascent.rules.roles import check_assistant_role
 
 
 def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ class LLMConfig(LLMSections):
         llm_rules.loss_settings(self)
         llm_rules.async_settings(self)
         llm_rules.weight_sync_settings(self)
-        self.assistant.check_role(self.models)
+        check_assistant_role(self.assistant, self.models)
         self._warnings = llm_rules.inert_settings(self) + llm_rules.upper_bounds(self)
         return self
 

@@ -5,12 +5,13 @@ it into one line naming the file) and returns nothing when the config is sound. 
 `LLMConfig`'s validators (llm.py), written out here to keep the section models short; they
 read the typed sections (ascent/config/llm_sections.py) and never the root model that calls them.
 `inert_settings` returns warnings instead: settings that are legal but can have no effect in
-this config.
+this config. `replay_rows`, `engine_serves_the_run` and `ratio_can_move` are what several
+sections decide together, read by these rules and by the trainer.
 """
 
 from __future__ import annotations
 
-from ascent.config import names
+from ascent import names
 from ascent.config.llm_sections import AlgorithmSection, LLMSections
 
 # Reward functions whose detail says whether an answer is correct (what history resampling,
@@ -301,6 +302,18 @@ def loss_settings(cfg: LLMSections) -> None:
         )
 
 
+def replay_rows(cfg: LLMSections) -> int:
+    """Completions per step drawn from the positive-replay buffer."""
+    return round(cfg.train.batch_size * cfg.sampling.replay_ratio)
+
+
+def engine_serves_the_run(cfg: LLMSections) -> bool:
+    """The rollout engine runs outside the trainer's processes (vLLM servers, Ray
+    replicas): one for the run, whatever the number of ranks."""
+    replicas = cfg.cluster.backend == "ray" and bool(cfg.cluster.rollout_replicas)
+    return replicas or (cfg.rollout.engine == "vllm" and cfg.rollout.vllm.mode == "server")
+
+
 def ratio_can_move(cfg: LLMSections) -> bool:
     """Whether the importance ratio pi_theta / pi_old can differ from 1 in the policy loss.
 
@@ -424,21 +437,18 @@ def world_size_rules(cfg: LLMSections, world: int) -> None:
     """What a run on `world` ranks needs (raises ValueError, one line, with the fix)."""
     if world == 1:
         return
-    g, t = cfg.rollout.group_size, cfg.train
-    prompts = (t.batch_size - cfg.replay_rows) // g
+    g, t, replayed = cfg.rollout.group_size, cfg.train, replay_rows(cfg)
+    prompts = (t.batch_size - replayed) // g
     if prompts % world:
         options = sorted(
-            {
-                world * k * g + cfg.replay_rows
-                for k in (max(1, prompts // world), prompts // world + 1)
-            }
+            {world * k * g + replayed for k in (max(1, prompts // world), prompts // world + 1)}
         )
         raise ValueError(
             f"[train] batch_size: {prompts} prompts per step cannot be shared by {world} ranks "
             f"(each rolls out whole groups of {g}); try batch_size = "
             f"{' or '.join(map(str, options))}"
         )
-    if cfg.rollout.async_ and cfg.engine_serves_the_run:
+    if cfg.rollout.async_ and engine_serves_the_run(cfg):
         raise ValueError(
             "[rollout] async: on several ranks the run's one engine (vLLM servers, Ray "
             "replicas) is reached through collectives, which a background sampler would "
@@ -449,9 +459,9 @@ def world_size_rules(cfg: LLMSections, world: int) -> None:
             "[run] preflight: the numerics check runs in one process; run `ascent doctor "
             "--numerics CONFIG` first, then train without preflight on several ranks"
         )
-    if cfg.replay_rows % world:
+    if replayed % world:
         raise ValueError(
-            f"[sampling] replay_ratio: {cfg.replay_rows} replayed rows per step cannot be shared "
+            f"[sampling] replay_ratio: {replayed} replayed rows per step cannot be shared "
             f"by {world} ranks; choose a ratio whose row count is a multiple of {world}"
         )
 

@@ -37,9 +37,10 @@ import torch
 
 from ascent.algos import Turns
 from ascent.api import ApiClient, UsageLedger
-from ascent.config.agentic import ROLES, format_name
+from ascent.config.agentic import ROLES
 from ascent.data import uses_chat_template
 from ascent.errors import AscentError
+from ascent.names import format_name
 from ascent.rewards.sandbox import SandboxPool
 from ascent.rollout import RolloutEngine
 from ascent.rollout.agentic.chat import ChatTemplate

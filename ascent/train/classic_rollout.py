@@ -34,8 +34,9 @@ import torch
 from torch import Tensor
 
 from ascent.algos import AdvantageBatch
-from ascent.config.classic import EnvSection, unsupported_space
+from ascent.config.classic import EnvSection
 from ascent.errors import AscentError
+from ascent.gym_envs import env_spec, unsupported_space
 from ascent.models.actor_critic import ActorCritic
 from ascent.train import env_snapshot
 
@@ -45,7 +46,7 @@ SOLVED_WINDOW = 20  # "solved": mean return of the last 20 finished episodes >= 
 def make_vector_env(env: EnvSection) -> gym.vector.VectorEnv:
     """`num_envs` copies of `env.id` that autoreset on the next step (see the module doc)."""
     next_step = gym.vector.AutoresetMode.NEXT_STEP
-    spec = gym.spec(env.id.rpartition(":")[2])
+    spec = env_spec(env.id)
     if env.vectorization == "auto" and spec.vector_entry_point is not None:
         envs = gym.make_vec(env.id, env.num_envs, vectorization_mode="vector_entry_point")
     else:

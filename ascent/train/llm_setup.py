@@ -48,6 +48,7 @@ from ascent.observe.text_metrics import reflection_pattern
 from ascent.rewards import CompositeReward, build_reward
 from ascent.rollout import ENGINES, EngineContext, RolloutEngine, SamplingParams
 from ascent.rules import LLMConfig
+from ascent.rules.llm_rules import engine_serves_the_run, replay_rows
 from ascent.train.actor import Actor, ActorHead, ValueHeadState
 from ascent.train.agentic_source import EpisodeSource
 from ascent.train.controller import Controller, Schedule
@@ -66,7 +67,7 @@ from ascent.train.sharding import shard_model
 
 def prompts_per_step(cfg: LLMConfig) -> int:
     """Fresh prompts per step over all ranks: the batch less its replayed rows, in groups."""
-    return (cfg.train.batch_size - cfg.replay_rows) // cfg.rollout.group_size
+    return (cfg.train.batch_size - replay_rows(cfg)) // cfg.rollout.group_size
 
 
 def policy_updates(cfg: LLMConfig) -> int:
@@ -117,9 +118,9 @@ def make_engine(
     on several ranks rank 0 alone starts it and the others reach it (run_engine.py)."""
     dist = actor.dist
     engine: RolloutEngine | None = None
-    if dist.main or not cfg.engine_serves_the_run:
+    if dist.main or not engine_serves_the_run(cfg):
         engine = _start_engine(cfg, actor, tokenizer, own_copy)
-    if cfg.engine_serves_the_run and dist.distributed:
+    if engine_serves_the_run(cfg) and dist.distributed:
         engine = RankZeroEngine(dist, engine)
     assert engine is not None
     try:
@@ -328,7 +329,7 @@ def build_run(cfg: LLMConfig, dist: Dist | torch.device) -> Controller:
             source=source,
             engine=engine,
             pad_id=tokenizer.pad_token_id,
-            schedule=Schedule(cfg.critic.value_warmup_steps, cfg.replay_rows),
+            schedule=Schedule(cfg.critic.value_warmup_steps, replay_rows(cfg)),
             replay=replay,
             watched=[part for part in (engine, reward) if hasattr(part, "metrics")],
             rollouts=rollouts,

@@ -8,14 +8,10 @@ from pathlib import Path
 import pytest
 from gymnasium import spaces
 
-from ascent.config.classic import (
-    ClassicOptimSection,
-    ClassicTrainSection,
-    EnvSection,
-    unsupported_space,
-)
+from ascent.config.classic import ClassicOptimSection, ClassicTrainSection, EnvSection
 from ascent.configfile import load_config
 from ascent.errors import ConfigError
+from ascent.gym_envs import unsupported_space
 from ascent.rules import ClassicConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

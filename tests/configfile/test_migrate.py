@@ -21,6 +21,7 @@ from ascent.configfile.migrate import _check, migrate_file
 from ascent.configfile.migrate_read import read_any
 from ascent.errors import ConfigError
 from ascent.rules import ClassicConfig, LLMConfig
+from ascent.rules.roles import named_roles
 from tests.fake_secrets import FAKE_KEY
 
 SEEDS = Path(__file__).resolve().parent / "seed_configs"
@@ -74,7 +75,7 @@ def test_grandcode_agentic_grpo(tmp_path, run_cli):
     assert cfg.api.base_url == "https://example.invalid/api/v1"
     assert cfg.api.api_key_env == "TAOTOKEN_API_KEY"
     assert (cfg.api.timeout_sec, cfg.api.max_retries) == (120, 3)
-    roles = cfg.models.roles()
+    roles = named_roles(cfg.models)
     assert roles["summarizer"][0] == "claude-haiku-4-20250514"
     assert roles["testgen"][0] == "claude-sonnet-4-20250514"
     assert "max_turns = 6  # from [rollout] max_turns" in text
@@ -149,7 +150,7 @@ def test_ppo_with_its_settings_json(tmp_path, run_cli):
     # [service]: the log assistant's endpoint, its base URL read from a variable
     assert cfg.api.base_url_env == "TAOTOKEN_BASE_URL"
     assert cfg.api.api_key_env == "TAOTOKEN_API_KEY" and cfg.api.timeout_sec == 30
-    assert cfg.models.roles()["analyst"][0] == "gpt-4o-mini"
+    assert named_roles(cfg.models)["analyst"][0] == "gpt-4o-mini"
     rows = comment_rows(text)
     for left_out in (
         "[env] max_episode_steps = 500",

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ascent.config.clean import PATTERN_REASONS, REASONS, CleanSection
+from ascent.config.clean import CleanSection
 from ascent.config.rewards import MathRewardSection, SandboxSection
 from ascent.data.bundled import bundled_path
 from ascent.data.clean import FILTERS, answer_problem
 from ascent.data.clean_rules import clean_text, several_questions
 from ascent.errors import AscentError
+from ascent.names import DROP_REASONS, PATTERN_REASONS
 
 TIMEOUT_S = MathRewardSection().timeout_s
 
@@ -418,7 +419,7 @@ def test_answers_tests_and_other_columns_are_never_rewritten(mixed):
 def test_the_last_line_is_the_json_summary_after_the_table(mixed):
     _, kept, dropped, stdout = mixed
     summary = last_json(stdout)
-    counts = {r: list(EXPECTED.values()).count(r) for r in REASONS if r in EXPECTED.values()}
+    counts = {r: list(EXPECTED.values()).count(r) for r in DROP_REASONS if r in EXPECTED.values()}
     assert summary == {"kept": len(kept), "dropped": len(dropped), "by_reason": counts}
     table = stdout.split("data clean", 1)[1]
     assert "dropped: reference_fails" in table and "kept" in table
@@ -505,7 +506,7 @@ def test_without_a_sandbox_reference_fails_says_so_and_can_be_left_out(tmp_path,
     code, _, stderr = clean_cli(str(source), "--out", out)
     assert code == 2 and len(stderr.strip().splitlines()) == 1
     assert "apt-get install bubblewrap; or leave reference_fails out of [clean] reasons" in stderr
-    others = json.dumps([r for r in REASONS if r != "reference_fails"])
+    others = json.dumps([r for r in DROP_REASONS if r != "reference_fails"])
     code, stdout, stderr = clean_cli(str(source), "--out", out, "--set", f"clean.reasons={others}")
     assert code == 0, stderr
     assert "reference_fails" not in last_json(stdout)["by_reason"]
@@ -591,8 +592,8 @@ def test_answer_problem_reads_gold_answers_as_the_math_reward_does(answer, bad):
 
 
 def test_the_config_names_every_registered_filter_in_order():
-    assert sorted(REASONS) == FILTERS.names()
-    assert CleanSection().reasons == list(REASONS)
+    assert sorted(DROP_REASONS) == FILTERS.names()
+    assert CleanSection().reasons == list(DROP_REASONS)
     for reason in PATTERN_REASONS:
         assert FILTERS.meta(reason)["kinds"]
 
@@ -603,7 +604,7 @@ def test_the_config_names_every_registered_filter_in_order():
      ("allowed_modules", ["numpy"], "environment")],
 )  # fmt: skip
 def test_a_filter_setting_is_refused_when_its_filter_is_off(key, value, reason):
-    others = [r for r in REASONS if r != reason]
+    others = [r for r in DROP_REASONS if r != reason]
     with pytest.raises(ValueError, match=f"{key}: only the {reason} filter reads it"):
         CleanSection(reasons=others, **{key: value})
     assert getattr(CleanSection(**{key: value}), key) == value  # with the filter on: accepted

@@ -30,7 +30,7 @@ from ascent.config.grade import GradeSection
 from ascent.configfile import load_config
 from ascent.data import load_task
 from ascent.errors import ConfigError
-from ascent.evaluation.grade import _graded_row
+from ascent.evaluation.grade import _graded_row, bucket
 from tests.api.scripted_server import Reply, ScriptedServer, models_body, ok
 
 RECIPE = Path(ascent.recipes.__file__).with_name("default.toml")  # ascent:tiny-arithmetic
@@ -112,7 +112,7 @@ def test_every_row_keeps_its_columns_and_gets_a_pass_rate_and_its_bucket(graded)
     for row in rows:
         assert set(row) == {"question", "answer", "digits", "pass_rate", "difficulty"}
         assert row["pass_rate"] * K == round(row["pass_rate"] * K)  # correct samples / k
-        assert row["difficulty"] == thresholds.bucket(row["pass_rate"])
+        assert row["difficulty"] == bucket(thresholds, row["pass_rate"])
 
 
 def test_the_table_comes_first_and_the_last_line_is_the_json_summary(graded):
@@ -206,8 +206,8 @@ def test_bad_difficulty_settings_fail_at_load_time_in_one_line(tmp_path, data, m
 
 def test_thresholds_cut_the_pass_rate_into_quarters_and_must_be_ordered():
     grade = GradeSection()
-    assert [grade.bucket(c / 8) for c in range(9)] == ["hard"] * 2 + ["medium"] * 4 + ["easy"] * 3
-    assert GradeSection(hard_below=0.5, easy_at_least=0.5).bucket(0.5) == "easy"
+    assert [bucket(grade, c / 8) for c in range(9)] == ["hard"] * 2 + ["medium"] * 4 + ["easy"] * 3
+    assert bucket(GradeSection(hard_below=0.5, easy_at_least=0.5), 0.5) == "easy"
     with pytest.raises(ValueError, match=r"hard_below .* is above easy_at_least"):
         GradeSection(hard_below=0.8)
 

@@ -6,6 +6,7 @@ import pytest
 
 from ascent.configfile import load_config
 from ascent.errors import ConfigError
+from ascent.rules.llm_rules import replay_rows
 
 GAE = 'algorithm.advantage="gae"'
 REPLAY = [GAE, "sampling.replay_ratio=0.25", "algorithm.is_cap=2.0"]
@@ -94,7 +95,7 @@ def test_settings_the_trainer_cannot_honour_are_refused_at_load_time(overrides, 
 
 def test_value_based_recipes_and_their_extras_load():
     cfg = load_config(None, [*REPLAY, "critic.value_warmup_steps=5", "algorithm.nll_coef=0.1"])
-    assert cfg.replay_rows == 32 and cfg.critic.value_warmup_steps == 5
+    assert replay_rows(cfg) == 32 and cfg.critic.value_warmup_steps == 5
     staged = load_config(None, ['stages=[{name="a"}, {name="b", rollout={max_new_tokens=4}}]'])
     (_, a), (_, b) = staged.stage_configs()
     assert (a.rollout.max_new_tokens, b.rollout.max_new_tokens) == (6, 4)

@@ -2,16 +2,18 @@
 config and its rules may refer to them.
 
 The config is a leaf: it never imports `ascent.data` or `ascent.rollout`, where these parts
-are registered. Their names are written here once; `tests/config/test_names.py` checks that
-each list equals its registry, and that each engine's traits equal the ones it registered
-with, so adding a part means adding it here too, and the rules that refuse what an engine
-cannot do read its registered traits instead of restating them.
+are registered. Their names are written here once; `tests/test_names.py` checks that
+each list equals its registry (`tests/data/test_clean.py` the drop reasons), and that each
+engine's traits equal the ones it registered with, so adding a part means adding it here too,
+and the rules that refuse what an engine cannot do read its registered traits instead of
+restating them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ascent.errors import did_you_mean
 
@@ -43,6 +45,26 @@ def engines_that(trait: str) -> str:
 
 
 AGENTIC_FORMATS = ("arithmetic", "code")  # ascent.rollout.agentic.format_registry.FORMATS
+# The drop reasons of `ascent data clean` (ascent.data.clean.FILTERS) decided by matching the
+# problem's text, which [clean] extra_patterns can extend.
+PATTERN_REASONS = (
+    "needs_figure",
+    "needs_table",
+    "proof",
+    "multi_question",
+    "file_io",
+    "network",
+    "environment",
+)
+# Every drop reason, in the order the filters are tried (a row gets the first that applies).
+DROP_REASONS = ("empty", *PATTERN_REASONS, "bad_answer", "reference_fails")
+
+
+def format_name(data: Any) -> str | None:
+    """The episode format of a `[data]` section: code for data files, else the task's name."""
+    if data is None:
+        return None
+    return "code" if getattr(data, "path", None) is not None else data.task
 
 
 def unknown_message(kind: str, name: str, valid: Iterable[str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ascent.config.hub_ids import KNOWN_HUB_IDS, hub_id_hint, is_hub_id
+from ascent.hub_ids import KNOWN_HUB_IDS, hub_id_hint, is_hub_id
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,12 @@
-"""The config layer names the parts of higher layers without importing them; the lists must
-match the registries, or a valid name would be refused (or an unknown one let through)."""
+"""`ascent.names` (which the config reads) names the parts of higher layers without importing
+them; the lists must match the registries, or a valid name would be refused (or an unknown
+one let through)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ascent.config import names
+from ascent import names
 
 
 def test_task_names_match_the_data_registry():
