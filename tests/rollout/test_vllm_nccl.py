@@ -51,6 +51,8 @@ def test_a_trainer_off_the_gpus_is_refused_before_any_group_forms():
                       timeout=1.0, free_port=lambda: 0)  # fmt: skip
 
 
+@pytest.mark.slow  # 15 s: a training run's setup with vLLM imported; CI runs it in its slow step
+@pytest.mark.timeout(300)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without GPUs")
 def test_nccl_on_a_machine_without_gpus_is_one_line_and_starts_no_server(tmp_path):
     done = subprocess.run(
