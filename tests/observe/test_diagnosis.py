@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 from ascent.observe.diagnosis import diagnose
+from ascent.observe.live import LiveDiagnosis
 from ascent.observe.report import build_report, sparkline
 
 
@@ -138,6 +140,29 @@ def test_a_reward_that_spikes_then_collapses_is_flagged_with_the_fix():
     assert "reward_spike_collapse" not in codes(rows(reward=up + [0.7] * 30, kl=[0.01] * 50))
     kept = up + [0.7 - 0.2 * i / 10 for i in range(10)] + [0.5] * 20
     assert "reward_spike_collapse" not in codes(rows(reward=kept, kl=[0.01] * 50))
+
+
+def _noisy(trend: list[float], seed: int, sigma: float = 0.15) -> list[float]:
+    rng = random.Random(seed)
+    return [x + rng.gauss(0.0, sigma) for x in trend]
+
+
+def test_noise_on_a_rising_reward_is_no_spike_and_a_noisy_collapse_still_is(tmp_path):
+    """The demo's reward rises slowly under per-step noise of 0.15: the highest of many noisy
+    10-step means sat 0.1-0.2 above the first, and the old rule warned 88 times in one run.
+    Seen live (the latest 200 rows after every step), a steady rise stays quiet, while the
+    same noise on a real rise and fall is still caught."""
+    rising = [-0.45 + 0.5 * i / 1600 for i in range(1600)]
+    spike = [-0.4 + 0.7 * min(i, 100) / 100 for i in range(160)] + [-0.4] * 80
+    for seed in range(3):
+        said: list[str] = []
+        live = LiveDiagnosis(tmp_path / f"rise{seed}", said.append)
+        (tmp_path / f"rise{seed}").mkdir()
+        for step, value in enumerate(_noisy(rising, seed), 1):
+            live.observe(step, {"reward": value})
+        assert said == []
+        history = rows(reward=_noisy(spike, 20 + seed))
+        assert "reward_spike_collapse" in codes(history)
 
 
 def test_a_reflection_rate_that_has_not_risen_by_step_200_is_flagged_on_long_completions():
