@@ -10,6 +10,7 @@ tighten them.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -231,10 +232,7 @@ def _step_noise(values: Sequence[float]) -> float:
     """The per-step noise of a series, from its successive differences (a trend barely
     moves them): std(x[t+1] - x[t]) / sqrt(2)."""
     diffs = [b - a for a, b in pairwise(values)]
-    if len(diffs) < 2:
-        return 0.0
-    mean = _mean(diffs)
-    return math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / 2)
+    return statistics.stdev(diffs) / math.sqrt(2) if len(diffs) >= 2 else 0.0
 
 
 def reward_spike_collapse(
@@ -255,12 +253,13 @@ def reward_spike_collapse(
     its reward rose steadily, and the warning fired 88 times in one run). So the window
     widens until its mean's standard error is at most gain / noise_sigmas, and the climb
     must reach noise_sigmas of those standard errors."""
-    values = [v for _, v in _series(rows, "reward")]
+    reward = _series(rows, "reward")
+    values = [v for _, v in reward]
     sigma = _step_noise(values)
     width = max(window, math.ceil((noise_sigmas * sigma / gain) ** 2))
     if len(values) < 3 * width:
         return None
-    smooth = _rolling(_series(rows, "reward"), width)
+    smooth = _rolling(reward, width)
     start = _mean(values[: len(values) // 3])
     peak_step, peak = max(smooth, key=lambda p: p[1])
     last_step, last = smooth[-1]

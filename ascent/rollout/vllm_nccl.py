@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -65,7 +65,9 @@ def gpus_after(trainer_gpus: int, servers: int, available: int) -> list[str]:
     return [str(trainer_gpus + i) for i in range(servers)]
 
 
-def wire_tensors(weights: Iterable[tuple[str, Tensor]], dtype: torch.dtype, device: torch.device):
+def wire_tensors(
+    weights: Iterable[tuple[str, Tensor]], dtype: torch.dtype, device: torch.device
+) -> Iterator[tuple[str, Tensor]]:
     """(name, tensor) pairs as they travel: contiguous, in the engine's dtype, on the
     trainer's GPU. A tensor already so is the trainer's own (no copy)."""
     for name, tensor in weights:
@@ -96,7 +98,7 @@ class NcclToServers:
         dtype: torch.dtype,
         device: torch.device,
         timeout: float,
-        free_port: Any,
+        free_port: Callable[[], int],
     ) -> None:
         nccl_possible(device)
         base, clients, nccl_engine = _vllm_transfer()
@@ -113,7 +115,7 @@ class NcclToServers:
             def __iter__(self) -> Iterator[tuple[str, Tensor]]:
                 return iter(transport._pairs)
 
-        self._senders = []
+        self._senders: list[tuple[str, Any]] = []
         for url in urls:
             info = nccl_engine.NCCLTrainerInitInfo(
                 master_address=reach_address(url),
@@ -132,15 +134,22 @@ class NcclToServers:
                     f"must run --weight-transfer-config '{TRANSFER_CONFIG}' on a GPU of its own "
                     f"and reach {info.master_address}:{info.master_port}"
                 ) from None
-            self._senders.append(sender)
+            self._senders.append((url, sender))
 
     def send(self, weights: Iterable[tuple[str, Tensor]], version: int) -> int:
         """Broadcast the version to every server (each loads it as it arrives); the caller
         has paused them."""
         self._pairs = list(wire_tensors(weights, self.dtype, self.device))
         try:
-            for sender in self._senders:
-                sender.send_weights()
+            for url, sender in self._senders:
+                try:
+                    sender.send_weights()
+                except Exception as err:
+                    raise AscentError(
+                        f"vLLM server {url}: NCCL weight sync of version {version} failed "
+                        f"({err}); resume the run from its last checkpoint, or use "
+                        '[rollout.vllm] weight_sync = "disk"'
+                    ) from None
         finally:
             self._pairs = []
         return version
@@ -149,7 +158,7 @@ class NcclToServers:
         pass  # nothing is kept: the servers hold the weights
 
     def close(self) -> None:
-        for sender in self._senders:
+        for _, sender in self._senders:
             # a server already gone has no group to close
             with contextlib.suppress(Exception):
                 sender.client.shutdown_weight_transfer_engine()
