@@ -2,11 +2,13 @@
 latest metrics, after every logged step.
 
 A pattern is active while its rule finds it within the last RECENT steps. When one becomes
-active, one warning line with the fix is printed (once: not again until the pattern has
-cleared) and an event is appended to `RUN/events.jsonl`:
+active, one warning line with the fix is printed and an event is appended to
+`RUN/events.jsonl`. It is cleared once its rule has not found it for REARM steps, and only
+then can it be announced again: a pattern that flickers around its rule's threshold (a
+reward hovering where a rule draws its line) is one trouble, not one per crossing.
 
     {"step": 412, "pattern": "kl_high", "event": "fired", "message": "...", "fix": "..."}
-    {"step": 530, "pattern": "kl_high", "event": "cleared"}
+    {"step": 580, "pattern": "kl_high", "event": "cleared"}
 
 `ascent report` lists them and the HTML report marks them on the curves. On resume, events
 after the checkpoint's step are dropped, as metrics.jsonl's lines are.
@@ -26,6 +28,7 @@ from ascent.rundir import write_text_atomic
 EVENTS_FILE = "events.jsonl"
 WINDOW = 200  # metric rows the rules see: long enough for every rule's own window
 RECENT = 10  # a finding established longer ago than this many steps is over
+REARM = 50  # steps a pattern must stay unfound to count as cleared
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -54,6 +57,7 @@ class LiveDiagnosis:
         self.echo = echo
         self.rows: deque[dict[str, Any]] = deque(maxlen=window)
         self.active: set[str] = set()
+        self.unfound_since: dict[str, int] = {}  # active patterns their rules no longer find
         if resume_step is not None:
             self._reload(Path(run_dir), resume_step)
 
@@ -81,15 +85,20 @@ class LiveDiagnosis:
         self.rows.append({"step": step, **metrics})
         findings = {f.code: f for f in diagnose(list(self.rows)) if f.step > step - RECENT}
         for code, finding in findings.items():
-            if code not in self.active:
-                self.echo(f"warning: {finding}")
-                self._write(
-                    {"step": step, "pattern": code, "event": "fired",
-                     "message": finding.message, "fix": finding.fix}
-                )  # fmt: skip
+            if code in self.active:
+                self.unfound_since.pop(code, None)  # back: the same trouble, already announced
+                continue
+            self.echo(f"warning: {finding}")
+            self._write(
+                {"step": step, "pattern": code, "event": "fired",
+                 "message": finding.message, "fix": finding.fix}
+            )  # fmt: skip
+            self.active.add(code)
         for code in self.active - findings.keys():
-            self._write({"step": step, "pattern": code, "event": "cleared"})
-        self.active = set(findings)
+            if step - self.unfound_since.setdefault(code, step) >= REARM:
+                self._write({"step": step, "pattern": code, "event": "cleared"})
+                self.active.discard(code)
+                del self.unfound_since[code]
 
     def _write(self, event: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:

@@ -165,6 +165,20 @@ def test_noise_on_a_rising_reward_is_no_spike_and_a_noisy_collapse_still_is(tmp_
         assert "reward_spike_collapse" in codes(history)
 
 
+def test_a_short_burst_on_a_rising_reward_is_no_collapse(tmp_path):
+    """What the OpenEnv recipe's three seeds showed: a reward rising 0.25 -> 0.55 under
+    per-step noise of 0.08, with ten steps 0.13 above the trend and back. Quiet, live."""
+    trend = [0.25 + 0.3 * i / 1600 for i in range(1600)]
+    burst = [v + (0.13 if 1390 <= i < 1400 else 0.0) for i, v in enumerate(trend)]
+    for seed in range(3):
+        said: list[str] = []
+        (tmp_path / f"b{seed}").mkdir()
+        live = LiveDiagnosis(tmp_path / f"b{seed}", said.append)
+        for step, value in enumerate(_noisy(burst, seed, sigma=0.08), 1):
+            live.observe(step, {"reward": value})
+        assert said == []
+
+
 def test_a_reflection_rate_that_has_not_risen_by_step_200_is_flagged_on_long_completions():
     n = 220
     long = {"completions/mean_length": [300.0] * n}

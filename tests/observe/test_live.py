@@ -1,5 +1,5 @@
 """Diagnosis during training: a pattern is announced once with its fix, written to
-events.jsonl, and announced again only after it cleared; the new rules fire on their
+events.jsonl, and announced again only after it has stayed clear; the new rules fire on their
 patterns and stay quiet on healthy runs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ascent.observe.diagnosis import classic_entropy_low, entropy_collapse, loss_oscillating
-from ascent.observe.live import LiveDiagnosis, read_events
+from ascent.observe.live import REARM, LiveDiagnosis, read_events
 from ascent.observe.text_metrics import reflection_pattern, text_metrics
 from ascent.rundir import RunDir
 
@@ -23,18 +23,21 @@ def feed(live: LiveDiagnosis, kls: list[float], start: int = 1) -> None:
             live.observe(step, row)
 
 
-def test_a_pattern_is_announced_once_until_it_clears(tmp_path):
+def test_a_pattern_is_announced_once_until_it_has_stayed_clear(tmp_path):
     said: list[str] = []
     live = LiveDiagnosis(tmp_path, said.append)
     feed(live, [0.1] * 5 + [2.0] * 8)  # KL above 1.0 from step 6: established at step 10
     assert len(said) == 1 and said[0].startswith("warning: step 10: KL to the reference")
     assert "raise algorithm.kl_coef" in said[0]
     feed(live, [0.2] * 12, start=14)  # the last high window (ends at 13) is 10 steps old at 23
-    feed(live, [3.0] * 5, start=26)  # ... and then KL runs away again
-    assert len(said) == 2 and said[1].startswith("warning: step 30:")
+    feed(live, [3.0] * 5, start=26)  # ... and KL runs away again 3 steps later: the same
+    assert len(said) == 1  # trouble, flickering around the line: not announced again
+    feed(live, [0.2] * 70, start=31)  # unfound from step 40 (30 + RECENT): cleared at 40 + 50
+    feed(live, [3.0] * 5, start=101)  # a new runaway after that is news
+    assert len(said) == 2 and said[1].startswith("warning: step 105:")
     events = [(e["step"], e["pattern"], e["event"]) for e in read_events(tmp_path)]
-    assert events == [(10, "kl_high", "fired"), (23, "kl_high", "cleared"),
-                      (30, "kl_high", "fired")]  # fmt: skip
+    assert events == [(10, "kl_high", "fired"), (40 + REARM, "kl_high", "cleared"),
+                      (105, "kl_high", "fired")]  # fmt: skip
 
 
 def test_on_resume_later_events_are_dropped_and_active_patterns_stay_quiet(tmp_path):
