@@ -14,6 +14,8 @@ from ascent.config.grade import Difficulty
 
 BUILTIN_TRAIN_SIZE = 10000  # problems a built-in task generates when [data] train_size is unset
 REASONING_GYM = "reasoning_gym:"  # path prefix of a reasoning-gym generator
+OPENENV = "openenv:"  # path prefix of an OpenEnv environment
+_APP = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # MODULE:APP, as uvicorn takes it
 
 
 class ArithmeticSection(Section):
@@ -33,6 +35,42 @@ class CountdownSection(Section):
     )
     max_number: int = Field(25, ge=1, description="Largest number drawn.")
     max_target: int = Field(100, ge=1, description="Largest target.")
+
+
+class OpenEnvSection(Section):
+    """`[data.openenv]`: how ascent talks to an OpenEnv environment (`path = "openenv:..."`)."""
+
+    prompt_field: str = Field(
+        "prompt",
+        description="Field of the observation reset() returns that holds the prompt; the "
+        "observation's other scalar fields are columns the prompt template may use.",
+    )
+    action_field: str = Field(
+        "text", description="Field of the environment's action that receives the completion."
+    )
+    sessions: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="Episodes played at once, each in its own WebSocket session; at most the "
+        "server's max_concurrent_envs.",
+    )
+    reset: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments every reset() gets beside the problem's seed, as the "
+        "environment names them (e.g. {digits = 1}); the seed comes from [data] seed.",
+    )
+
+    @field_validator("reset")
+    @classmethod
+    def _seed_is_ours(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in ("seed", "episode_id"):
+            if key in value:
+                raise ValueError(
+                    f"[data.openenv] reset.{key}: ascent sets it for every episode (a problem "
+                    "is a seed); remove the key"
+                )
+        return value
 
 
 class ColumnsSection(Section):
@@ -57,8 +95,10 @@ class ProblemSource(Section):
         None,
         description="Problems from a JSONL or Parquet file, a `datasets.save_to_disk` "
         "directory, a bundled set (ascent:gsm8k_test), a Hugging Face hub id "
-        "(owner/name, where the hub is reachable) or a reasoning-gym generator "
-        "(reasoning_gym:NAME, scored by the reasoning_gym reward) instead of a built-in task.",
+        "(owner/name, where the hub is reachable), a reasoning-gym generator "
+        "(reasoning_gym:NAME, scored by the reasoning_gym reward) or an OpenEnv environment "
+        "(openenv:MODULE:APP served here, or openenv:http://HOST:PORT; scored by the openenv "
+        "reward) instead of a built-in task.",
     )
     format: Literal["auto", "jsonl", "parquet", "datasets", "hub"] = Field(
         "auto",
@@ -117,6 +157,23 @@ class ProblemSource(Section):
         "them (e.g. {min_terms = 2, max_terms = 2} for basic_arithmetic); its size and seed "
         "come from train_size / eval_size and seed.",
     )
+
+    openenv: OpenEnvSection = Field(
+        default_factory=OpenEnvSection,
+        description="How to talk to an openenv:... environment: its prompt and action fields.",
+    )
+
+    @property
+    def openenv_target(self) -> str | None:
+        """What follows `openenv:` in path (MODULE:APP or a URL); None for any other source."""
+        if self.path is None or not self.path.startswith(OPENENV):
+            return None
+        return self.path.removeprefix(OPENENV)
+
+    @property
+    def generated(self) -> bool:
+        """Whether the problems come from a generator or environment (no files, no columns)."""
+        return self.reasoning_gym_name is not None or self.openenv_target is not None
 
     @property
     def reasoning_gym_name(self) -> str | None:
@@ -177,23 +234,43 @@ class ProblemSource(Section):
                 f"[data] task: problems come from path ({self.path}), so the built-in task "
                 f"'{self.task}' would be ignored; remove one of the two keys"
             )
-        if self.reasoning_gym_name is None:
-            if self.reasoning_gym:
+        if self.openenv_target is None and self.explicitly_set("openenv"):
+            raise ValueError(
+                "[data] openenv: only an OpenEnv environment uses it; set "
+                'path = "openenv:MODULE:APP" (or openenv:http://HOST:PORT), or remove the key'
+            )
+        if self.reasoning_gym_name is None and self.reasoning_gym:
+            raise ValueError(
+                "[data] reasoning_gym: only a reasoning-gym generator uses it; set "
+                'path = "reasoning_gym:NAME", or remove the key'
+            )
+        if not self.generated:
+            return self
+        what = (
+            "a reasoning-gym generator"
+            if self.reasoning_gym_name is not None
+            else ("an OpenEnv environment")
+        )
+        for key in ("eval_path", "eval_split", "format", "split", "columns", "difficulty"):
+            if self.explicitly_set(key):
                 raise ValueError(
-                    "[data] reasoning_gym: only a reasoning-gym generator uses it; set "
-                    'path = "reasoning_gym:NAME", or remove the key'
+                    f"[data] {key}: {what} makes both splits itself and has no files or "
+                    "columns; remove the key"
+                )
+        target = self.openenv_target
+        if target is not None:
+            if not (target.startswith(("http://", "https://")) or _APP.fullmatch(target)):
+                raise ValueError(
+                    f"[data] path: {self.path!r} names no environment; write "
+                    '"openenv:MODULE:APP" (an app made by openenv\'s create_app, served here, '
+                    'e.g. "openenv:my_env.server.app:app") or "openenv:http://HOST:PORT" of a '
+                    "running server"
                 )
             return self
         if not self.reasoning_gym_name:
             raise ValueError(
                 '[data] path: name the generator after the colon, e.g. "reasoning_gym:chain_sum"'
             )
-        for key in ("eval_path", "eval_split", "format", "split", "columns", "difficulty"):
-            if self.explicitly_set(key):
-                raise ValueError(
-                    f"[data] {key}: a reasoning-gym generator makes both splits itself and has "
-                    "no files or columns; remove the key"
-                )
         for key in ("size", "seed"):
             if key in self.reasoning_gym:
                 raise ValueError(

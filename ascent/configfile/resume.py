@@ -45,6 +45,7 @@ LLM_FIXED: tuple[tuple[str, str], ...] = (
     ("data.arithmetic", _DATA),
     ("data.countdown", _DATA),
     ("data.reasoning_gym", _DATA),
+    ("data.openenv", _DATA),
     ("data.eval_path", "the accuracy before RL was measured on the old held-out set"),
     ("data.eval_split", "the accuracy before RL was measured on the old held-out set"),
     ("data.eval_size", "the accuracy before RL was measured on the old held-out set"),

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ascent.errors import AscentError
 
 EVAL_BUCKETS = 20  # 1 in 20 possible problems belongs to the held-out split
 
@@ -69,3 +72,33 @@ def render_prompt(template: str, problem: Problem) -> str:
             f"prompt_template {template!r} cannot be filled in ({err}); write fields as "
             "{prompt} or {column}, with doubled braces {{ }} for literal ones"
         ) from None
+
+
+def generated_splits(
+    draw: Callable[[int, int], list[Problem]],
+    seed: int,
+    eval_seed: int,
+    sizes: tuple[int, int],
+    what: str,
+    fix: str,
+) -> tuple[list[Problem], list[Problem]]:
+    """(training, held-out) problems of a source that makes them from a seed (a generator, an
+    environment): `draw(seed, n)` gives n. The held-out split is `eval_size` draws from the
+    fixed `eval_seed`, distinct by key; the training split is `train_size` draws from the
+    run's seed without any held-out key. A source that repeats itself too much to make the
+    held-out split, or leaves nothing to train on, is one line with `fix`."""
+    train_size, eval_size = sizes
+    held: list[Problem] = []
+    seen: set[str] = set()
+    for problem in draw(eval_seed, eval_size):
+        if problem.key not in seen:
+            seen.add(problem.key)
+            held.append(problem)
+    if len(held) < eval_size // 2:
+        raise AscentError(
+            f"{what} gave only {len(held)} distinct problems in {eval_size} draws; {fix}"
+        )
+    train = [p for p in draw(seed, train_size) if p.key not in seen]
+    if not train:
+        raise AscentError(f"every {what} training problem is also a held-out one; {fix}")
+    return train, held

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ascent.config.data import ProblemSource
-from ascent.data.problems import Problem
+from ascent.data.problems import Problem, generated_splits
 from ascent.errors import AscentError, did_you_mean
 from ascent.rewards.reasoning_gym import build_dataset, dataset_spec, import_reasoning_gym
 
@@ -116,21 +116,11 @@ def load_reasoning_gym(
     assert name, "load_reasoning_gym needs a reasoning_gym:NAME path"
     options = dict(cfg.reasoning_gym)
     _check_settings(name, options)
-    held: list[Problem] = []
-    seen: set[str] = set()
-    for problem in _draw(name, options, eval_seed, cfg.eval_size):
-        if problem.key not in seen:
-            seen.add(problem.key)
-            held.append(problem)
-    if len(held) < cfg.eval_size // 2:
-        raise AscentError(
-            f"reasoning_gym:{name} gave only {len(held)} distinct problems in {cfg.eval_size} "
-            "draws: its settings allow too few; widen them or lower eval_size"
-        )
-    train = [p for p in _draw(name, options, seed, cfg.builtin_train_size) if p.key not in seen]
-    if not train:
-        raise AscentError(
-            f"every reasoning_gym:{name} training problem is also a held-out one; widen the "
-            "generator's settings or lower eval_size"
-        )
-    return train, held
+    return generated_splits(
+        lambda draw_seed, size: _draw(name, options, draw_seed, size),
+        seed,
+        eval_seed,
+        (cfg.builtin_train_size, cfg.eval_size),
+        f"reasoning_gym:{name}",
+        "widen the generator's settings or lower eval_size",
+    )

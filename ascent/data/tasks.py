@@ -10,6 +10,7 @@ from ascent.config.data import DataSection, DataSourceSection, ProblemSource
 from ascent.data.arithmetic import sample_arithmetic
 from ascent.data.countdown import sample_countdown
 from ascent.data.files import load_problems
+from ascent.data.openenv import load_openenv
 from ascent.data.problems import Problem, render_prompt
 from ascent.data.reasoning_gym import load_reasoning_gym
 from ascent.errors import AscentError, ConfigError
@@ -85,6 +86,8 @@ def _load_one(cfg: ProblemSource, seed: int) -> TaskData:
         task = _from_builtin(cfg, data_seed)
     elif cfg.reasoning_gym_name is not None:
         task = TaskData(*load_reasoning_gym(cfg, data_seed, EVAL_SEED))
+    elif cfg.openenv_target is not None:
+        task = TaskData(*load_openenv(cfg, data_seed, EVAL_SEED))
     else:
         task = _from_files(cfg, data_seed)
     render_prompt(cfg.prompt_template, task.eval[0])  # a bad template fails here, not mid-run

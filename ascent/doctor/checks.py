@@ -38,6 +38,7 @@ EXTRAS = {
     "wandb": ("wandb", "ascent[trackers]"),
     "swanlab": ("swanlab", "ascent[trackers]"),
     "reasoning-gym": ("reasoning_gym", "ascent[envs]"),
+    "openenv-core": ("openenv", "ascent[openenv]"),
 }
 DISK_WARN_GIB = 5.0
 DISK_FAIL_GIB = 1.0
@@ -168,6 +169,10 @@ def _needed_extras(cfg: Any) -> list[tuple[str, str]]:
         needs.append((tracker, f'[logging] trackers = ["{tracker}"]'))
     if getattr(getattr(cfg, "cluster", None), "backend", "local") == "ray":
         needs.append(("ray", '[cluster] backend = "ray"'))
+    functions = getattr(getattr(cfg, "reward", None), "functions", [])
+    for reward, extra in (("reasoning_gym", "reasoning-gym"), ("openenv", "openenv-core")):
+        if reward in functions:
+            needs.append((extra, f'[reward] functions = [..., "{reward}"]'))
     return needs
 
 

@@ -5,7 +5,7 @@ builders (`@REWARDS.register("name")`, see `ascent.rewards.base`). The modules t
 built-in rewards are imported here so that their names are known as soon as this package is.
 """
 
-from ascent.rewards import code, countdown, math, reasoning_gym  # noqa: F401  (register their rewards)
+from ascent.rewards import code, countdown, math, openenv, reasoning_gym  # noqa: F401  (register their rewards)
 from ascent.rewards.base import (
     REWARDS,
     DetailedReward,

@@ -16,7 +16,7 @@ from ascent.config.llm_sections import AlgorithmSection, LLMSections
 
 # Reward functions whose detail says whether an answer is correct (what history resampling,
 # positive replay and the positive-sample NLL select on).
-JUDGING_REWARDS = frozenset({"math", "countdown", "reasoning_gym"})
+JUDGING_REWARDS = frozenset({"math", "countdown", "reasoning_gym", "openenv"})
 
 
 def _divisors_near(n: int, around: int) -> list[int]:
@@ -78,18 +78,23 @@ def task_reward_and_checkpoints(cfg: LLMSections) -> None:
             "[reward] functions: the countdown task is scored by the countdown reward; "
             'set functions = ["countdown"]'
         )
-    generated = [s.path for s in cfg.data.parts if s.reasoning_gym_name is not None]
-    if generated and "reasoning_gym" not in cfg.reward.functions:
-        raise ValueError(
-            f"[reward] functions: {generated[0]} problems are scored by their own generator; "
-            'add "reasoning_gym" to functions'
-        )
-    if "reasoning_gym" in cfg.reward.functions and not generated:
-        raise ValueError(
-            "[reward] functions: the reasoning_gym reward scores problems of a "
-            '[data] path = "reasoning_gym:NAME" generator, and this run has none; set one '
-            "or remove the reward"
-        )
+    # Sources that score themselves, and the reward that asks them: one needs the other.
+    for reward, scorer, example, paths in (
+        ("reasoning_gym", "their own generator", '"reasoning_gym:NAME" generator',
+         [s.path for s in cfg.data.parts if s.reasoning_gym_name is not None]),
+        ("openenv", "their environment", '"openenv:..." environment',
+         [s.path for s in cfg.data.parts if s.openenv_target is not None]),
+    ):  # fmt: skip
+        if paths and reward not in cfg.reward.functions:
+            raise ValueError(
+                f"[reward] functions: {paths[0]} problems are scored by {scorer}; "
+                f'add "{reward}" to functions'
+            )
+        if reward in cfg.reward.functions and not paths:
+            raise ValueError(
+                f"[reward] functions: the {reward} reward scores problems of a [data] path = "
+                f"{example}, and this run has none; set one or remove the reward"
+            )
     if "reasoning_gym" not in cfg.reward.functions:
         _refuse_unused(
             cfg.reward.reasoning_gym,
