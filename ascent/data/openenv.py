@@ -12,14 +12,17 @@ training problem whose prompt is a held-out one is dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import random
+import sys
 from typing import Any
 
 from ascent.config.data import ProblemSource
 from ascent.data.problems import Problem, generated_splits
 from ascent.errors import AscentError
-from ascent.rewards.openenv import RESERVED, EnvSpec, play
+from ascent.rewards.openenv import RESERVED, EnvSpec, action_fields, play, server_url
 
 SEED_RANGE = 2**31
 
@@ -52,6 +55,33 @@ def _problems(spec: EnvSpec, prompt_field: str, seeds: list[int]) -> list[Proble
     return out
 
 
+def _check_action_field(spec: EnvSpec) -> None:
+    """The completion goes into the action's `action_field`: one the action has."""
+    fields = action_fields(server_url(spec))
+    if fields is not None and spec.action_field not in fields:
+        raise AscentError(
+            f"openenv:{spec.target}: its action has no field '{spec.action_field}' (its "
+            f"fields: {', '.join(fields) or 'none'}); set [data.openenv] action_field to the "
+            "one that takes the text"
+        )
+
+
+def _warn_if_options_do_nothing(spec: EnvSpec, prompt_field: str) -> None:
+    """openenv's server drops reset keywords the environment's reset() does not take, and a
+    reset() with **kwargs may ignore them too: when the first observations of a few seeds
+    are the same with and without the options, say so (they may still act later)."""
+    seeds = _seeds(0, 4)
+    plain = dataclasses.replace(spec, reset_options="{}")
+    first = [e.observation for e in play(spec, seeds, None)]
+    if first == [e.observation for e in play(plain, seeds, None)]:
+        print(
+            f"warning: openenv:{spec.target}: [data.openenv] reset = {spec.reset_options} "
+            "changed nothing reset() shows for 4 seeds; check the names reset() takes "
+            "(openenv drops the others)",
+            file=sys.stderr,
+        )
+
+
 def load_openenv(
     cfg: ProblemSource, seed: int, eval_seed: int
 ) -> tuple[list[Problem], list[Problem]]:
@@ -60,7 +90,10 @@ def load_openenv(
     assert target, "load_openenv needs an openenv:... path"
     settings = cfg.openenv
     options = json.dumps(settings.reset, sort_keys=True)
-    spec = EnvSpec(target, settings.action_field, settings.sessions, options)
+    spec = EnvSpec(target, settings.action_field, settings.sessions, options, os.getcwd())
+    _check_action_field(spec)
+    if settings.reset:
+        _warn_if_options_do_nothing(spec, settings.prompt_field)
     return generated_splits(
         lambda draw_seed, size: _problems(spec, settings.prompt_field, _seeds(draw_seed, size)),
         seed,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -69,17 +70,10 @@ class EnvSpec:
     action_field: str
     sessions: int  # episodes played at once (the server's max_concurrent_envs bounds it)
     reset_options: str = "{}"  # JSON of the keyword arguments every reset gets beside the seed
+    app_dir: str = ""  # where MODULE is imported from: the run's directory when it started
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "target": self.target,
-                "action_field": self.action_field,
-                "sessions": self.sessions,
-                "reset_options": self.reset_options,
-            },
-            sort_keys=True,
-        )
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> EnvSpec:
@@ -96,18 +90,32 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# No proxy: an http_proxy in the environment would send 127.0.0.1 to the proxy.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+        with _DIRECT.open(url + "/health", timeout=2) as response:
             return bool(response.status == 200)
     except (OSError, urllib.error.URLError):
         return False
 
 
+def action_fields(url: str) -> list[str] | None:
+    """The fields of the environment's action, from its /schema (None: it has none to say)."""
+    try:
+        with _DIRECT.open(url.rstrip("/") + "/schema", timeout=30) as response:
+            schema = json.loads(response.read())
+        return sorted(schema["action"]["properties"])
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
+        return None
+
+
 class _Server:
     """An environment app served by uvicorn in a child process, on 127.0.0.1."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, app_dir: str) -> None:
         self.target = target
         self.url = f"http://127.0.0.1:{_free_port()}"
         port = self.url.rsplit(":", 1)[1]
@@ -126,31 +134,41 @@ class _Server:
                 "--log-level",
                 "warning",
                 "--app-dir",
-                os.getcwd(),
+                app_dir,
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # its own session: the terminal's Ctrl-C is the trainer's to handle (it finishes
+            # the step, scoring included, and saves), not the environment's
+            start_new_session=True,
         )
+        try:
+            self._wait_until_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_until_healthy(self) -> None:
+        target = self.target
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(self.url):
             if self.process.poll() is not None:
-                last = self._last_line()
-                self.stop()
                 raise AscentError(
                     f"openenv:{target}: the environment server exited before it served "
-                    f"({last}); check that `uvicorn {target}` starts from this directory"
+                    f"({self.last_line()}); check that `uvicorn {target}` starts from this "
+                    "directory"
                 )
             if time.monotonic() > deadline:
-                last = self._last_line()
-                self.stop()
                 raise AscentError(
                     f"openenv:{target}: the environment server did not answer /health within "
-                    f"{START_TIMEOUT_S:.0f} s ({last})"
+                    f"{START_TIMEOUT_S:.0f} s ({self.last_line()})"
                 )
             time.sleep(0.1)
 
-    def _last_line(self) -> str:
+    def last_line(self) -> str:
+        if self._log.closed:
+            return "its log is closed"
         self._log.seek(0)
         lines = [ln.strip() for ln in self._log.read().decode(errors="replace").splitlines()]
         lines = [ln for ln in lines if ln]
@@ -164,7 +182,8 @@ class _Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self._log.close()
+        if not self._log.closed:
+            self._log.close()
 
 
 _servers: dict[str, _Server] = {}
@@ -178,9 +197,16 @@ def server_url(spec: EnvSpec) -> str:
         return spec.target.rstrip("/")
     with _servers_lock:
         server = _servers.get(spec.target)
-        if server is None or server.process.poll() is not None:
+        if server is None:
             import_openenv_client()  # no openenv: say so before spawning a server that fails
-            server = _servers[spec.target] = _Server(spec.target)
+            server = _servers[spec.target] = _Server(spec.target, spec.app_dir or os.getcwd())
+        elif server.process.poll() is not None:  # its episodes' sessions died with it
+            code, last = server.process.returncode, server.last_line()
+            server.stop()
+            raise AscentError(
+                f"openenv:{spec.target}: the environment server stopped mid-run (exit code "
+                f"{code}: {last}); fix what stopped it and resume from the last checkpoint"
+            )
         return server.url
 
 
@@ -256,19 +282,28 @@ class _Sessions:
             self.made -= 1
             self.freed.notify()
 
+    async def _discard(self, client: Any) -> None:
+        await self._drop()
+        with contextlib.suppress(Exception):
+            await client.close()
+
     async def play(
         self, seed: int, action: dict[str, Any] | None, options: dict[str, Any]
     ) -> Episode:
-        for attempt in (1, 2):  # a reused session the server has since closed: once more, fresh
+        for attempt in (1, 2):
             client = await self._take()
             try:
                 episode = await _play(client, seed, action, options)
             except Exception:
-                await self._drop()
-                with contextlib.suppress(Exception):
-                    await client.close()
+                await self._discard(client)
                 if attempt == 2:
                     raise
+                # Sessions idle since before the failure may be as dead as this one (a
+                # server or proxy that closed idle sockets): the second try opens a new one.
+                async with self.freed:
+                    stale, self.idle = self.idle, []
+                for old in stale:
+                    await self._discard(old)
                 continue
             await self._give(client)
             return episode
@@ -288,7 +323,42 @@ async def _play(
     return episode
 
 
-_sessions: dict[tuple[str, int], _Sessions] = {}  # touched only on _Loop's thread
+# One pool per server, sized by the first spec that reaches it (the run's config: its
+# problems load first; a resumed run's replayed rows may carry an older `sessions`).
+_sessions: dict[str, _Sessions] = {}  # touched only on _Loop's thread
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _failure(spec: EnvSpec, url: str, err: Exception) -> AscentError:
+    """One line for an episode that failed, with what to change for what went wrong."""
+    what = f"openenv:{spec.target}"
+    said = _one_line(str(err))
+    if isinstance(err, ConnectionError):
+        return AscentError(
+            f"{what}: cannot reach the environment at {url} ({said}); start its server or "
+            "correct [data] path"
+        )
+    if "(code: CAPACITY_REACHED)" in said:
+        return AscentError(
+            f"{what}: the server holds fewer sessions than [data.openenv] sessions = "
+            f"{spec.sessions}; lower it to the server's max_concurrent_envs"
+        )
+    if "(code: VALIDATION_ERROR)" in said:
+        fields = action_fields(url)
+        known = f" (its action's fields: {', '.join(fields)})" if fields else ""
+        return AscentError(
+            f"{what}: the server refused the action {{{spec.action_field!r}: completion}}; "
+            f"set [data.openenv] action_field to the field that takes the text{known}"
+        )
+    if "(code: EXECUTION_ERROR)" in said:
+        return AscentError(
+            f"{what}: the environment raised during an episode ({said}); if it is reset's "
+            f"doing, check [data.openenv] reset = {spec.reset_options}"
+        )
+    return AscentError(f"{what}: an episode failed ({type(err).__name__}: {said})")
 
 
 def play(spec: EnvSpec, seeds: list[int], actions: list[dict[str, Any]] | None) -> list[Episode]:
@@ -299,10 +369,9 @@ def play(spec: EnvSpec, seeds: list[int], actions: list[dict[str, Any]] | None) 
     options = json.loads(spec.reset_options)
 
     async def everything() -> list[Episode]:
-        key = (url, spec.sessions)
-        if key not in _sessions:
-            _sessions[key] = _Sessions(client_class, url, spec.sessions)
-        sessions = _sessions[key]
+        if url not in _sessions:
+            _sessions[url] = _Sessions(client_class, url, spec.sessions)
+        sessions = _sessions[url]
         return list(
             await asyncio.gather(
                 *(
@@ -317,11 +386,7 @@ def play(spec: EnvSpec, seeds: list[int], actions: list[dict[str, Any]] | None) 
     except AscentError:
         raise
     except Exception as err:  # connection refused, a capacity error, a server-side exception
-        raise AscentError(
-            f"openenv:{spec.target}: an episode failed ({type(err).__name__}: "
-            f"{str(err)[:200]}); if the server allows fewer sessions, lower [data.openenv] "
-            f"sessions (now {spec.sessions})"
-        ) from None
+        raise _failure(spec, url, err) from None
 
 
 class OpenEnvReward(ScoredReward):
@@ -352,7 +417,12 @@ class OpenEnvReward(ScoredReward):
                         "after one step; ascent's openenv source plays single-turn "
                         "environments (a multi-turn one needs the agentic rollout)"
                     )
-                value = 0.0 if episode.reward is None else episode.reward
+                if episode.reward is None:
+                    raise AscentError(
+                        f"openenv:{spec.target}: the episode of seed {seeds[i]} ended without "
+                        "a reward; its step() must set the observation's reward"
+                    )
+                value = episode.reward
                 values[i] = value
                 details[i] = {"score": value, "correct": value >= 1.0, "outcome": "scored"}
         return Scored(values, details)

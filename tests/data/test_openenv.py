@@ -8,6 +8,7 @@ user's directory, and what is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -24,7 +25,7 @@ from ascent.data.tasks import EVAL_SEED
 from ascent.envs.openenv_addition import AdditionAction, AdditionEnv
 from ascent.errors import AscentError, ConfigError
 from ascent.rewards import REWARDS
-from ascent.rewards.openenv import EnvSpec, play, server_url
+from ascent.rewards.openenv import EnvSpec, _Loop, _servers, _Sessions, server_url
 
 ADDITION = "openenv:ascent.envs.openenv_addition:app"
 
@@ -108,18 +109,48 @@ def test_reset_options_reach_every_reset_of_the_problems_and_of_the_reward():
     assert reward()(["q"] * 2, [right, "0"], **columns) == [1.0, 0.0]
 
 
+def _pool_episodes(size: int, seeds: list[int], replies: list[str], stale: bool = False):
+    """Episodes on a pool of `size` sessions of its own; with `stale`, every idle session is
+    closed behind the pool's back first (as a server or proxy closing idle sockets would)."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    url = server_url(EnvSpec(ADDITION.removeprefix("openenv:"), "text", 16))
+    pool = _Sessions(GenericEnvClient, url, size)
+
+    async def run():
+        warm = [pool.play(seed, {"text": "0"}, {}) for seed in seeds[:size]]
+        await asyncio.gather(*warm)
+        if stale:
+            for client in pool.idle:
+                await client.close()
+        return await asyncio.gather(
+            *(pool.play(seed, {"text": r}, {}) for seed, r in zip(seeds, replies, strict=True))
+        )
+
+    return _Loop.run(run()), pool
+
+
 def test_a_group_larger_than_the_session_pool_is_scored_in_order():
     """Sessions are reused across episodes: 40 episodes on 2 sessions, interleaved seeds and
-    answers, each scored as its own episode."""
-    spec = EnvSpec(ADDITION.removeprefix("openenv:"), "text", 2)
+    answers, each scored as its own episode, never more than 2 sessions open."""
     seeds = [s % 5 for s in range(40)]
     replies = []
     for i, seed in enumerate(seeds):
         a, b = AdditionEnv().reset(seed=seed).a, AdditionEnv().reset(seed=seed).b
         replies.append(str(int(a) + int(b) + (i % 2)))  # right on even rows, off by one on odd
-    episodes = play(spec, seeds, [{"text": r} for r in replies])
+    episodes, pool = _pool_episodes(2, seeds, replies)
     assert [e.reward for e in episodes] == [1.0 - (i % 2) for i in range(40)]
     assert all(e.done for e in episodes)
+    assert pool.made == 2
+
+
+def test_sessions_closed_while_idle_are_replaced_not_fatal():
+    seeds = list(range(6))
+    replies = [str(int(AdditionEnv().reset(seed=s).a) + int(AdditionEnv().reset(seed=s).b))
+               for s in seeds]  # fmt: skip
+    episodes, pool = _pool_episodes(3, seeds, replies, stale=True)
+    assert [e.reward for e in episodes] == [1.0] * 6
+    assert pool.made <= 3
 
 
 def _free_port() -> int:
@@ -153,21 +184,27 @@ class Say(Action):
 
 class Seen(Observation):
     question: str = ""
+    mode: str = ""
 
 
 class TwoTurns(Environment):
-    """Asks for a number, and is not done after the first reply."""
+    """Asks for a number, and is not done after the first reply (or, reset with
+    mode="no_reward", is done and gives no reward)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self):
         super().__init__()
         self._state = State(step_count=0)
+        self._mode = ""
 
-    def reset(self, seed=None, episode_id=None, **kw):
-        return Seen(question=f"say {seed}", done=False)
+    def reset(self, seed=None, episode_id=None, mode="two_turns"):
+        self._mode = mode
+        return Seen(question=f"say {seed}", mode=mode, done=False)
 
     def step(self, action, timeout_s=None, **kw):
+        if self._mode == "no_reward":
+            return Seen(question="thanks", done=True)
         return Seen(question="and again?", done=False, reward=0.5)
 
     @property
@@ -181,10 +218,11 @@ app = create_app(TwoTurns, Say, Seen, env_name="two_turns", max_concurrent_envs=
 
 def test_a_users_environment_module_is_served_from_the_working_directory(tmp_path, monkeypatch):
     """MODULE:APP is imported from where ascent runs, as uvicorn would. This one names its
-    prompt field `question` and does not end after one step: both are told in one line."""
+    prompt field `question`, does not end after one step, or ends without a reward, and then
+    its server dies: each is told in one line."""
     (tmp_path / "two_turns_env.py").write_text(USER_ENV)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(AscentError, match=r"no text field 'prompt' \(its fields: question\)"):
+    with pytest.raises(AscentError, match=r"no text field 'prompt' \(its fields: mode, question\)"):
         load_task(DataSection(path="openenv:two_turns_env:app", eval_size=4, train_size=8), 0)
     data = DataSection(
         path="openenv:two_turns_env:app", eval_size=4, train_size=8,
@@ -197,6 +235,19 @@ def test_a_users_environment_module_is_served_from_the_working_directory(tmp_pat
         reward()(["q"], ["1"], **columns)
     assert "\n" not in str(err.value)
 
+    data = data.model_copy(update={"openenv": data.openenv.model_copy(
+        update={"reset": {"mode": "no_reward"}})})  # fmt: skip
+    task = load_task(data, seed=0)
+    assert task.train[0].columns["mode"] == "no_reward"  # the option reached reset()
+    with pytest.raises(AscentError, match="ended without a reward; its step"):
+        reward()(["q"], ["1"], **reward_columns(task.train[:1]))
+
+    _servers["two_turns_env:app"].process.kill()
+    _servers["two_turns_env:app"].process.wait()
+    with pytest.raises(AscentError, match=r"server stopped mid-run \(exit code -9") as err:
+        reward()(["q"], ["1"], **reward_columns(task.train[:1]))
+    assert "\n" not in str(err.value)
+
 
 def test_a_server_that_cannot_start_is_one_line_with_its_last_words(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -207,11 +258,23 @@ def test_a_server_that_cannot_start_is_one_line_with_its_last_words(tmp_path, mo
     assert 'Could not import module "no_such_env_module"' in message  # uvicorn's own words
 
 
-def test_an_unreachable_url_is_one_line():
+def test_an_unreachable_url_is_one_line_saying_so():
     url = f"http://127.0.0.1:{_free_port()}"
-    with pytest.raises(AscentError, match="an episode failed") as err:
+    with pytest.raises(AscentError, match=f"cannot reach the environment at {url}") as err:
         load_task(DataSection(path=f"openenv:{url}", eval_size=4), 0)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "correct [data] path" in str(err.value)
+
+
+def test_an_action_field_the_action_lacks_is_refused_naming_its_fields():
+    with pytest.raises(AscentError, match=r"has no field 'txt' \(its fields: .*text"):
+        load_task(section(openenv={"action_field": "txt"}), 0)
+
+
+def test_reset_options_that_change_nothing_are_warned_about(capsys):
+    load_task(section(openenv={"reset": {"colour": "red"}}), 0)  # AdditionEnv takes **kwargs
+    assert "changed nothing reset() shows for 4 seeds" in capsys.readouterr().err
+    load_task(section(openenv={"reset": {"digits": 1}}), 0)
+    assert "changed nothing" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
