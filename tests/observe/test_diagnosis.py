@@ -168,8 +168,8 @@ def test_noise_on_a_rising_reward_is_no_spike_and_a_noisy_collapse_still_is(tmp_
 def test_a_short_burst_on_a_rising_reward_is_no_collapse(tmp_path):
     """What the OpenEnv recipe's three seeds showed: a reward rising 0.25 -> 0.55 under
     per-step noise of 0.08, with ten steps 0.13 above the trend and back. Quiet, live."""
-    trend = [0.25 + 0.3 * i / 1600 for i in range(1600)]
-    burst = [v + (0.13 if 1390 <= i < 1400 else 0.0) for i, v in enumerate(trend)]
+    trend = [0.25 + 0.3 * i / 1600 for i in range(600)]  # the runs' slope, 600 of its steps
+    burst = [v + (0.13 if 490 <= i < 500 else 0.0) for i, v in enumerate(trend)]
     for seed in range(3):
         said: list[str] = []
         (tmp_path / f"b{seed}").mkdir()
