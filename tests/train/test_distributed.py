@@ -277,6 +277,7 @@ def test_ray_rollout_replicas_on_two_ranks_are_started_once_and_serve_both(tmp_p
     assert [v for _, _, v in steps0] == [v for _, _, v in steps1] == [[0], [1]]  # synced once
 
 
+@pytest.mark.slow  # about 20 s of two ranks started and one killed: CI's slow step
 @pytest.mark.timeout(300)
 def test_a_rank_that_fails_stops_the_run_in_one_line_naming_it(tmp_path):
     reward = 'reward.functions=["tests.train.failing_reward:fails_on_rank_1"]'

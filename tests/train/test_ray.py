@@ -128,6 +128,7 @@ def test_a_run_that_fails_to_start_stops_the_replicas_it_started(tmp_path, monke
     assert groups() == before  # the replicas' placement group (and so the replicas) are gone
 
 
+@pytest.mark.slow  # about 20 s of killed and restarted actors: CI runs it in its slow step
 def test_killed_reward_and_rollout_actors_are_restarted_and_nothing_is_lost(tmp_path, monkeypatch):
     cfg = config(tmp_path, *RAY, "train.total_steps=4")
     original = Controller.step
