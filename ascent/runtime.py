@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import os
 import random
+import socket
 import sys
 from collections.abc import Callable, Iterator
 
@@ -151,3 +152,10 @@ def setup_runtime(run: RunSection, ranks: int = 1) -> torch.device:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
     return device
+
+
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a child server ascent starts on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

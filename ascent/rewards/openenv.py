@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from typing import Any, TypeVar
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.errors import AscentError
 from ascent.rewards.base import REWARDS, Scored, ScoredReward, column, completion_text
+from ascent.runtime import free_local_port
 
 PREFIX = "openenv:"
 EXTRA_HINT = "pip install 'ascent[openenv]' (or scripts/setup.sh --dev)"
@@ -84,12 +84,6 @@ class EnvSpec:
         return not self.target.startswith(("http://", "https://"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # No proxy: an http_proxy in the environment would send 127.0.0.1 to the proxy.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -117,8 +111,8 @@ class _Server:
 
     def __init__(self, target: str, app_dir: str) -> None:
         self.target = target
-        self.url = f"http://127.0.0.1:{_free_port()}"
-        port = self.url.rsplit(":", 1)[1]
+        port = str(free_local_port())
+        self.url = f"http://127.0.0.1:{port}"
         # stderr to a file: a pipe nobody reads would block a chatty server
         self._log = tempfile.TemporaryFile()  # noqa: SIM115  (closed by stop())
         self.process = subprocess.Popen(
@@ -237,12 +231,11 @@ class _Loop:
 
 @dataclass
 class Episode:
-    """One single-turn episode: the first observation, and the step's reward and observation."""
+    """One single-turn episode: the first observation, and the step's reward."""
 
     observation: dict[str, Any]
     reward: float | None = None
     done: bool = False
-    final: dict[str, Any] | None = None
 
 
 class _Sessions:
@@ -319,7 +312,6 @@ async def _play(
         result = await env.step(action)
         episode.reward = None if result.reward is None else float(result.reward)
         episode.done = bool(result.done)
-        episode.final = dict(result.observation)
     return episode
 
 

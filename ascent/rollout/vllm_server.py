@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,15 +42,10 @@ from ascent.rollout.sampling import SamplingParams, draw_seeds
 from ascent.rollout.transport import SafetensorsDir
 from ascent.rollout.vllm_engine import completions_to_batch, engine_args
 from ascent.rollout.vllm_nccl import TRANSFER_CONFIG, NcclToServers, gpus_after, nccl_possible
+from ascent.runtime import free_local_port
 
 MODEL_NAME = "policy"  # the name ascent's servers serve the model under
 NEGATABLE = {"enable_chunked_prefill"}  # engine arguments whose False is a --no-... flag
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:
@@ -66,7 +60,7 @@ class ServerProcess:
     ) -> None:
         """`args`: `engine_args(...)`, the colocated engine's own, as command-line flags;
         `env_extra`: more of its environment (its GPU)."""
-        self.port = _free_port()
+        self.port = free_local_port()
         self.url = f"http://127.0.0.1:{self.port}"
         server = "vllm.entrypoints.openai.api_server"
         cmd = [sys.executable, "-m", server, "--host", "127.0.0.1", "--port", str(self.port),
@@ -142,7 +136,7 @@ class VLLMServers:
         self.transport: SafetensorsDir | NcclToServers = SafetensorsDir(sync_dir)
         if weight_sync == "nccl":  # once the servers answer: they join the groups
             self.transport = NcclToServers(self.urls, dtype=dtype, device=device,
-                                           timeout=timeout, free_port=_free_port)  # fmt: skip
+                                           timeout=timeout, free_port=free_local_port)  # fmt: skip
 
     @classmethod
     def from_config(cls, ctx: EngineContext, model_path: str) -> VLLMServers:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from ascent.envs.openenv_addition import AdditionAction, AdditionEnv
 from ascent.errors import AscentError, ConfigError
 from ascent.rewards import REWARDS
 from ascent.rewards.openenv import EnvSpec, _Loop, _servers, _Sessions, server_url
+from ascent.runtime import free_local_port
 
 ADDITION = "openenv:ascent.envs.openenv_addition:app"
 
@@ -153,12 +153,6 @@ def test_sessions_closed_while_idle_are_replaced_not_fatal():
     assert pool.made <= 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_running_server_by_url_gives_the_same_problems_and_scores():
     """By URL, ascent starts nothing: it talks to the server there (here the one it started
     for MODULE:APP, whose URL a user would not know; a container's would do the same)."""
@@ -259,7 +253,7 @@ def test_a_server_that_cannot_start_is_one_line_with_its_last_words(tmp_path, mo
 
 
 def test_an_unreachable_url_is_one_line_saying_so():
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_local_port()}"
     with pytest.raises(AscentError, match=f"cannot reach the environment at {url}") as err:
         load_task(DataSection(path=f"openenv:{url}", eval_size=4), 0)
     assert "\n" not in str(err.value) and "correct [data] path" in str(err.value)
