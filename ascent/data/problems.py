@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,9 @@ from typing import Any
 from ascent.errors import AscentError
 
 EVAL_BUCKETS = 20  # 1 in 20 possible problems belongs to the held-out split
+# A column of messages that come before the problem's own user message in a chat (a system
+# prompt, few-shot turns), for sources whose prompts are conversations (verifiers').
+CHAT_CONTEXT = "chat_context"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,28 @@ def first_of_each_source(problems: list[Problem], n: int) -> list[Problem]:
             taken[problem.source] = taken.get(problem.source, 0) + 1
             out.append(problem)
     return out
+
+
+def shuffled(problems: list[Problem], seed: int) -> list[Problem]:
+    out = list(problems)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def held_out_split(
+    rows: list[Problem], held_rows: list[Problem] | None, eval_size: int, seed: int, eval_seed: int
+) -> tuple[list[Problem], list[Problem]]:
+    """(training, held-out) problems of a fixed set: the held-out ones are `eval_size` of
+    `held_rows` (a validation set), or of `rows` when there is none, drawn with `eval_seed`
+    so they do not move with the run's seed; the training ones are the rest in the run's
+    seeded order, none sharing a held-out key. The caller checks the sizes."""
+    if held_rows is not None:
+        held, train = shuffled(held_rows, eval_seed)[:eval_size], rows
+    else:
+        order = shuffled(rows, eval_seed)
+        held, train = order[:eval_size], order[eval_size:]
+    held_keys = {p.key for p in held}
+    return [p for p in shuffled(train, seed) if p.key not in held_keys], held
 
 
 def reward_columns(problems: list[Problem]) -> dict[str, list[Any]]:

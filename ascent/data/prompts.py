@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from ascent.data.problems import Problem, render_prompt
+from ascent.data.problems import CHAT_CONTEXT, Problem, render_prompt
 from ascent.errors import ConfigError
 
 # `ascent.models.prompting` is imported where it is used: the `ascent.models` package loads
@@ -47,11 +47,14 @@ class PromptFormatter:
         return render_prompt(self.template, problem)
 
     def text(self, problem: Problem) -> str:
-        """The exact text the policy continues (chat-wrapped when `chat`)."""
+        """The exact text the policy continues (chat-wrapped when `chat`), after the messages
+        a conversational source puts before the problem (its `chat_context`: a system prompt,
+        few-shot turns), which without a chat template are plain lines before it."""
         from ascent.models.prompting import render_chat
 
-        message = {"role": "user", "content": self.rendered(problem)}
-        return render_chat(self.tokenizer, [message], template=self.chat)
+        messages = [*problem.columns.get(CHAT_CONTEXT, ())]
+        messages.append({"role": "user", "content": self.rendered(problem)})
+        return render_chat(self.tokenizer, messages, template=self.chat)
 
     def encode(self, problems: list[Problem]) -> list[list[int]]:
         """The token ids the policy continues, one list per problem."""

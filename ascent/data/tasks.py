@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,8 +10,9 @@ from ascent.data.arithmetic import sample_arithmetic
 from ascent.data.countdown import sample_countdown
 from ascent.data.files import load_problems
 from ascent.data.openenv import load_openenv
-from ascent.data.problems import Problem, render_prompt
+from ascent.data.problems import Problem, held_out_split, render_prompt
 from ascent.data.reasoning_gym import load_reasoning_gym
+from ascent.data.verifiers import load_verifiers
 from ascent.errors import AscentError, ConfigError
 from ascent.registry import Registry
 
@@ -40,12 +40,6 @@ class TaskData:
     weights: dict[str, float] | None = None  # [[data.sources]]: each source's share of prompts
 
 
-def _shuffled(problems: list[Problem], seed: int) -> list[Problem]:
-    out = list(problems)
-    random.Random(seed).shuffle(out)
-    return out
-
-
 def _from_builtin(cfg: ProblemSource, seed: int) -> TaskData:
     sample = TASKS.get(cfg.task)
     train = sample(cfg, cfg.builtin_train_size, held_out=False, seed=seed, distinct=False)
@@ -58,23 +52,18 @@ def _from_files(cfg: ProblemSource, seed: int) -> TaskData:
     does not move with the run's seed, and no training problem shares its key. `[data]
     difficulty` filters both splits: a run is validated on the buckets it trains on."""
     rows = load_problems(cfg.path, cfg.format, cfg.split, cfg.columns, cfg.difficulty)
+    held_rows = None
     if cfg.eval_path is not None or cfg.eval_split is not None:
         source = cfg.eval_path or cfg.path
         split = cfg.eval_split or cfg.split
-        held = load_problems(source, cfg.format, split, cfg.columns, cfg.difficulty)
-        held = _shuffled(held, EVAL_SEED)[: cfg.eval_size]
-        train = rows
-    else:
-        if len(rows) <= cfg.eval_size:
-            kept = f" of difficulty {', '.join(cfg.difficulty)}" if cfg.difficulty else ""
-            raise ValueError(
-                f"{cfg.path} has {len(rows)} problems{kept}, and holding out eval_size = "
-                f"{cfg.eval_size} leaves none to train on; lower eval_size or set eval_path"
-            )
-        order = _shuffled(rows, EVAL_SEED)
-        held, train = order[: cfg.eval_size], order[cfg.eval_size :]
-    held_keys = {p.key for p in held}
-    train = [p for p in _shuffled(train, seed) if p.key not in held_keys]
+        held_rows = load_problems(source, cfg.format, split, cfg.columns, cfg.difficulty)
+    elif len(rows) <= cfg.eval_size:
+        kept = f" of difficulty {', '.join(cfg.difficulty)}" if cfg.difficulty else ""
+        raise ValueError(
+            f"{cfg.path} has {len(rows)} problems{kept}, and holding out eval_size = "
+            f"{cfg.eval_size} leaves none to train on; lower eval_size or set eval_path"
+        )
+    train, held = held_out_split(rows, held_rows, cfg.eval_size, seed, EVAL_SEED)
     if not train:
         raise ValueError(f"every training problem of {cfg.path} is also a validation problem")
     return TaskData(train=train[: cfg.train_size or len(train)], eval=held)
@@ -88,6 +77,8 @@ def _load_one(cfg: ProblemSource, seed: int) -> TaskData:
         task = TaskData(*load_reasoning_gym(cfg, data_seed, EVAL_SEED))
     elif cfg.openenv_target is not None:
         task = TaskData(*load_openenv(cfg, data_seed, EVAL_SEED))
+    elif cfg.verifiers_env is not None:
+        task = TaskData(*load_verifiers(cfg, data_seed, EVAL_SEED))
     else:
         task = _from_files(cfg, data_seed)
     render_prompt(cfg.prompt_template, task.eval[0])  # a bad template fails here, not mid-run

@@ -39,6 +39,7 @@ EXTRAS = {
     "swanlab": ("swanlab", "ascent[trackers]"),
     "reasoning-gym": ("reasoning_gym", "ascent[envs]"),
     "openenv-core": ("openenv", "ascent[openenv]"),
+    "verifiers": ("verifiers", "ascent[verifiers]"),
 }
 DISK_WARN_GIB = 5.0
 DISK_FAIL_GIB = 1.0
@@ -170,7 +171,11 @@ def _needed_extras(cfg: Any) -> list[tuple[str, str]]:
     if getattr(getattr(cfg, "cluster", None), "backend", "local") == "ray":
         needs.append(("ray", '[cluster] backend = "ray"'))
     functions = getattr(getattr(cfg, "reward", None), "functions", [])
-    for reward, extra in (("reasoning_gym", "reasoning-gym"), ("openenv", "openenv-core")):
+    for reward, extra in (
+        ("reasoning_gym", "reasoning-gym"),
+        ("openenv", "openenv-core"),
+        ("verifiers", "verifiers"),
+    ):
         if reward in functions:
             needs.append((extra, f'[reward] functions = [..., "{reward}"]'))
     return needs

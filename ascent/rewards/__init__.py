@@ -5,7 +5,14 @@ builders (`@REWARDS.register("name")`, see `ascent.rewards.base`). The modules t
 built-in rewards are imported here so that their names are known as soon as this package is.
 """
 
-from ascent.rewards import code, countdown, math, openenv, reasoning_gym  # noqa: F401  (register their rewards)
+from ascent.rewards import (  # noqa: F401  (register their rewards)
+    code,
+    countdown,
+    math,
+    openenv,
+    reasoning_gym,
+    verifiers,
+)
 from ascent.rewards.base import (
     REWARDS,
     DetailedReward,

@@ -34,21 +34,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ascent.config.rewards import RewardSection, SandboxSection
 from ascent.errors import AscentError
 from ascent.rewards.base import REWARDS, Scored, ScoredReward, column, completion_text
-from ascent.runtime import free_local_port
+from ascent.runtime import BackgroundLoop, free_local_port
 
 PREFIX = "openenv:"
 EXTRA_HINT = "pip install 'ascent[openenv]' (or scripts/setup.sh --dev)"
 # Columns the reward reads; an observation field of the same name would be shadowed.
 RESERVED = ("prompt", "answer", "oe_spec", "oe_seed", "done", "reward", "metadata")
 START_TIMEOUT_S = 180.0  # importing openenv's server side alone takes 5-10 s on 2 cores
-T = TypeVar("T")
 
 
 def import_openenv_client() -> Any:
@@ -213,22 +211,6 @@ def stop_servers() -> None:
         _servers.clear()
 
 
-class _Loop:
-    """One event loop on a daemon thread, for openenv's async client: a reward is called from
-    worker threads, some of which already run a loop of their own."""
-
-    _loop: asyncio.AbstractEventLoop | None = None
-    _lock = threading.Lock()
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
-        with cls._lock:
-            if cls._loop is None:
-                cls._loop = asyncio.new_event_loop()
-                threading.Thread(target=cls._loop.run_forever, daemon=True).start()
-        return asyncio.run_coroutine_threadsafe(coro, cls._loop).result()
-
-
 @dataclass
 class Episode:
     """One single-turn episode: the first observation, and the step's reward."""
@@ -242,7 +224,7 @@ class _Sessions:
     """Open sessions to one server, reused episode after episode (a reset starts the next
     episode on the same environment instance): opening a WebSocket and building an
     environment per episode costs ~5 ms on 2 cores, a reused session's reset + step ~0.8 ms.
-    Lives on `_Loop`'s loop; at most `size` sessions, made as episodes need them."""
+    Lives on `BackgroundLoop`'s loop; at most `size` sessions, made as episodes need them."""
 
     def __init__(self, client_class: Any, url: str, size: int) -> None:
         self.client_class, self.url, self.size = client_class, url, size
@@ -317,7 +299,7 @@ async def _play(
 
 # One pool per server, sized by the first spec that reaches it (the run's config: its
 # problems load first; a resumed run's replayed rows may carry an older `sessions`).
-_sessions: dict[str, _Sessions] = {}  # touched only on _Loop's thread
+_sessions: dict[str, _Sessions] = {}  # touched only on BackgroundLoop's thread
 
 
 def _one_line(text: str, limit: int = 240) -> str:
@@ -374,7 +356,7 @@ def play(spec: EnvSpec, seeds: list[int], actions: list[dict[str, Any]] | None) 
         )
 
     try:
-        return _Loop.run(everything())
+        return BackgroundLoop.run(everything())
     except AscentError:
         raise
     except Exception as err:  # connection refused, a capacity error, a server-side exception

@@ -16,7 +16,7 @@ from ascent.config.llm_sections import AlgorithmSection, LLMSections
 
 # Reward functions whose detail says whether an answer is correct (what history resampling,
 # positive replay and the positive-sample NLL select on).
-JUDGING_REWARDS = frozenset({"math", "countdown", "reasoning_gym", "openenv"})
+JUDGING_REWARDS = frozenset({"math", "countdown", "reasoning_gym", "openenv", "verifiers"})
 
 
 def _divisors_near(n: int, around: int) -> list[int]:
@@ -84,6 +84,8 @@ def task_reward_and_checkpoints(cfg: LLMSections) -> None:
          [s.path for s in cfg.data.parts if s.reasoning_gym_name is not None]),
         ("openenv", "their environment", '"openenv:..." environment',
          [s.path for s in cfg.data.parts if s.openenv_target is not None]),
+        ("verifiers", "their environment's rubric", '"verifiers:ENV_ID" environment',
+         [s.path for s in cfg.data.parts if s.verifiers_env is not None]),
     ):  # fmt: skip
         if paths and reward not in cfg.reward.functions:
             raise ValueError(

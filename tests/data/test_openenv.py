@@ -22,10 +22,10 @@ from ascent.data import load_task
 from ascent.data.problems import render_prompt, reward_columns
 from ascent.data.tasks import EVAL_SEED
 from ascent.envs.openenv_addition import AdditionAction, AdditionEnv
-from ascent.errors import AscentError, ConfigError
+from ascent.errors import AscentError
 from ascent.rewards import REWARDS
-from ascent.rewards.openenv import EnvSpec, _Loop, _servers, _Sessions, server_url
-from ascent.runtime import free_local_port
+from ascent.rewards.openenv import EnvSpec, _servers, _Sessions, server_url
+from ascent.runtime import BackgroundLoop, free_local_port
 
 ADDITION = "openenv:ascent.envs.openenv_addition:app"
 
@@ -127,7 +127,7 @@ def _pool_episodes(size: int, seeds: list[int], replies: list[str], stale: bool 
             *(pool.play(seed, {"text": r}, {}) for seed, r in zip(seeds, replies, strict=True))
         )
 
-    return _Loop.run(run()), pool
+    return BackgroundLoop.run(run()), pool
 
 
 def test_a_group_larger_than_the_session_pool_is_scored_in_order():
@@ -294,32 +294,6 @@ def test_without_the_package_the_error_names_the_extra(monkeypatch):
         reward()
     with pytest.raises(AscentError, match="need the openenv-core package"):
         load_task(section(), seed=0)
-
-
-RUN = """
-[model]
-name_or_path = "ascent:tiny"
-[data]
-{data}
-[reward]
-{reward}
-"""
-
-
-@pytest.mark.parametrize(
-    ("data", "reward_keys", "message"),
-    [
-        (f'path = "{ADDITION}"', 'functions = ["math"]', 'add "openenv" to functions'),
-        ('task = "arithmetic"', 'functions = ["openenv"]', "this run has none"),
-    ],
-)
-def test_the_environment_and_its_reward_come_together(tmp_path, data, reward_keys, message):
-    from ascent.configfile import load_config
-
-    path = tmp_path / "run.toml"
-    path.write_text(RUN.format(data=data, reward=reward_keys))
-    with pytest.raises(ConfigError, match=message):
-        load_config(path)
 
 
 def test_the_example_recipe_loads():

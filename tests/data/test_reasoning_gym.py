@@ -213,35 +213,6 @@ def test_without_the_package_the_error_names_the_extra(monkeypatch):
         reward()
 
 
-RUN = """
-[model]
-name_or_path = "ascent:tiny"
-[data]
-{data}
-[reward]
-{reward}
-"""
-
-
-@pytest.mark.parametrize(
-    ("data", "reward_keys", "message"),
-    [
-        ('path = "reasoning_gym:chain_sum"', 'functions = ["math"]',
-         'add "reasoning_gym" to functions'),
-        ('task = "arithmetic"', 'functions = ["reasoning_gym"]', "this run has none"),
-        ('task = "arithmetic"', 'functions = ["math"]\nreasoning_gym = {answer_format = "text"}',
-         "only the reasoning_gym reward reads it"),
-    ],
-)  # fmt: skip
-def test_the_generator_and_its_reward_come_together(tmp_path, data, reward_keys, message):
-    from ascent.configfile import load_config
-
-    path = tmp_path / "run.toml"
-    path.write_text(RUN.format(data=data, reward=reward_keys))
-    with pytest.raises(ConfigError, match=message):
-        load_config(path)
-
-
 def test_the_example_recipe_loads():
     from pathlib import Path
 
