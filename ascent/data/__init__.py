@@ -6,6 +6,7 @@ from ascent.data.problems import (
     Problem,
     first_of_each_source,
     is_held_out,
+    prompt_bytes,
     render_prompt,
     reward_columns,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "first_of_each_source",
     "is_held_out",
     "load_task",
+    "prompt_bytes",
     "render_prompt",
     "reward_columns",
     "uses_chat_template",

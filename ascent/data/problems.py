@@ -50,6 +50,14 @@ def first_of_each_source(problems: list[Problem], n: int) -> list[Problem]:
     return out
 
 
+def prompt_bytes(problem: Problem) -> int:
+    """UTF-8 bytes of the problem's text, its chat context included: a bound a prompt's
+    length check can use before tokenizing."""
+    context = problem.columns.get(CHAT_CONTEXT) or ()
+    texts = [problem.prompt, *(str(m.get("content") or "") for m in context)]
+    return sum(len(t.encode("utf-8", "replace")) for t in texts)
+
+
 def shuffled(problems: list[Problem], seed: int) -> list[Problem]:
     out = list(problems)
     random.Random(seed).shuffle(out)

@@ -32,14 +32,20 @@ from ascent.rewards.verifiers import (
     env_spec,
     environment,
     has_eval_split,
+    row_answer,
     split_rows,
 )
 
 
 def _message(message: Any) -> dict[str, str]:
-    """A chat message as a plain dict (verifiers may hand pydantic messages)."""
+    """A chat message as a plain dict of text (verifiers may hand pydantic messages, and a
+    content may be a list of parts, of which ascent's policies read the text ones)."""
     get = message.get if isinstance(message, dict) else lambda k, d=None: getattr(message, k, d)
-    return {"role": str(get("role", "")), "content": str(get("content", "") or "")}
+    content = get("content", "") or ""
+    if isinstance(content, list):
+        texts = [part.get("text") if isinstance(part, dict) else None for part in content]
+        content = " ".join(t for t in texts if isinstance(t, str))
+    return {"role": str(get("role", "")), "content": str(content)}
 
 
 def _problem(row: dict[str, Any], spec: str, index: int, where: str) -> Problem:
@@ -72,10 +78,7 @@ def _problem(row: dict[str, Any], spec: str, index: int, where: str) -> Problem:
             if key not in RESERVED and isinstance(value, (str, int, float, bool))
         )
     columns.update(vf_spec=spec, vf_index=index)
-    answer = row.get("answer")
-    return Problem(
-        key=text, prompt=text, answer="" if answer is None else str(answer), columns=columns
-    )
+    return Problem(key=text, prompt=text, answer=row_answer(row), columns=columns)
 
 
 def _problems(spec: str, where: str) -> list[Problem]:

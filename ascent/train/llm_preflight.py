@@ -22,6 +22,7 @@ from ascent.data import (
     TaskData,
     first_of_each_source,
     load_task,
+    prompt_bytes,
     uses_chat_template,
 )
 from ascent.errors import AscentError, one_line
@@ -197,7 +198,7 @@ def check_prompt_lengths(
     problems = [*task.train, *task.eval]
     over: list[tuple[int, Problem]] = []  # (tokens, or a lower bound), problem
     for problem in problems:
-        size = len(problem.prompt.encode("utf-8", "replace"))
+        size = prompt_bytes(problem)  # a verifiers problem's system prompt counts too
         if size <= limit // 2:
             continue  # fits, template and all
         if size > limit * widest:

@@ -118,7 +118,28 @@ class Asks(vf.MultiTurnEnv):
         return [{"role": "user", "content": "and again?"}]
 
 
-def load_environment(size: int = 12, multi_turn: bool = False, sampling_args=None):
+class Hooked(vf.SingleTurnEnv):
+    """A rollout's hooks, each leaving a mark the rubric reads."""
+
+    async def setup_state(self, state):
+        state["bonus"] = 0.25
+
+    async def add_trajectory_step(self, state, step):
+        step["extras"]["seen"] = True
+        state["trajectory"].append(step)
+
+    @vf.cleanup
+    async def finish(self, state):
+        state["finished"] = state["trajectory"][-1]["extras"].get("seen", False)
+
+
+def marks(state) -> float:
+    return state["bonus"] + (0.5 if state.get("finished") else 0.0)
+
+
+def load_environment(
+    size: int = 12, multi_turn: bool = False, sampling_args=None, hooked: bool = False
+):
     rows = [{"question": f"say {i}", "answer": str(i)} for i in range(size)]
 
     def exact(completion, answer):
@@ -130,6 +151,9 @@ def load_environment(size: int = 12, multi_turn: bool = False, sampling_args=Non
         return [replies.count(r) / len(replies) for r in replies]
 
     rubric = vf.Rubric(funcs=[exact, agreement], weights=[1.0, 0.5])
+    if hooked:
+        rubric = vf.Rubric(funcs=[exact, marks])
+        return Hooked(dataset=Dataset.from_list(rows), rubric=rubric)
     if multi_turn:
         return Asks(dataset=Dataset.from_list(rows), rubric=rubric, max_turns=3)
     return vf.SingleTurnEnv(
@@ -146,7 +170,7 @@ def user_env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield tmp_path
-    for name in ("say_env", "no_loader"):
+    for name in ("say_env", "no_loader", "open_env", *(n[:-3] for n in BROKEN)):
         sys.modules.pop(name, None)
 
 
@@ -170,7 +194,7 @@ def test_a_users_environment_from_the_working_directory_with_a_group_reward(user
 
     with pytest.raises(AscentError, match="multi-turn environment"):
         load_task(DataSection(path="verifiers:say_env", verifiers={"multi_turn": True}), 0)
-    takes = "multi_turn, sampling_args, size"
+    takes = "hooked, multi_turn, sampling_args, size"
     with pytest.raises(
         ConfigError, match=rf"takes no sise \(did you mean 'size'\?\); it takes: {takes}"
     ):
@@ -180,6 +204,83 @@ def test_a_users_environment_from_the_working_directory_with_a_group_reward(user
         load_task(DataSection(path="verifiers:no_loader"), 0)
     with pytest.raises(AscentError, match="cannot import not_there"):
         load_task(DataSection(path="verifiers:not-there"), 0)
+
+
+def test_the_environments_rollout_hooks_run_before_its_rubric(user_env):
+    """setup_state, add_trajectory_step and the environment's cleanup handlers run as in a
+    rollout of verifiers' own, before the rubric scores."""
+    data = DataSection(path="verifiers:say_env", eval_size=4, verifiers={"hooked": True})
+    task = load_task(data, 0)
+    problem = task.train[0]
+    right = str(problem.columns["vf_index"])
+    values = reward()(["q"] * 2, [right, "no"], **reward_columns([problem] * 2))
+    assert values == [1 + 0.25 + 0.5, 0 + 0.25 + 0.5]
+
+
+def test_a_row_that_moved_since_the_problem_was_drawn_is_refused(user_env):
+    """A checkpoint's replayed rows point into the dataset by position; an environment that
+    builds its rows in another order must not have them scored against other problems."""
+    problem = load_task(DataSection(path="verifiers:say_env", eval_size=4), 0).train[0]
+    columns = reward_columns([problem])
+    columns["answer"] = ["not this row's answer"]
+    with pytest.raises(AscentError, match="is not the problem this batch holds"):
+        reward()(["q"], ["1"], **columns)
+
+
+def test_rows_without_an_answer_are_scored(user_env):
+    (user_env / "open_env.py").write_text(
+        "import verifiers as vf\nfrom datasets import Dataset\n\n"
+        "def load_environment():\n"
+        "    rows = Dataset.from_list([{'question': f'say {i}'} for i in range(8)])\n"
+        "    def length(completion) -> float:\n"
+        "        return float(len(completion[-1]['content']))\n"
+        "    return vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=[length]))\n"
+    )
+    problem = load_task(DataSection(path="verifiers:open_env", eval_size=2), 0).train[0]
+    assert problem.answer == ""
+    assert reward()(["q"] * 2, ["abc", ""], **reward_columns([problem] * 2)) == [3.0, 0.0]
+
+
+BROKEN = {
+    "syntax_env.py": ("def load_environment(:\n", "importing syntax_env failed: SyntaxError"),
+    "no_question_env.py": (
+        "import verifiers as vf\nfrom datasets import Dataset\n\n"
+        "def load_environment():\n"
+        "    rows = lambda: Dataset.from_list([{'text': 'hi', 'answer': '1'}])\n"
+        "    return vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=[lambda: 1.0]))\n",
+        "building its train dataset failed: KeyError",
+    ),
+    "eval_only_env.py": (
+        "import verifiers as vf\nfrom datasets import Dataset\n\n"
+        "def load_environment():\n"
+        "    rows = Dataset.from_list([{'question': 'hi', 'answer': '1'}])\n"
+        "    return vf.SingleTurnEnv(eval_dataset=rows, rubric=vf.Rubric(funcs=[lambda: 1.0]))\n",
+        "has only an eval dataset",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_an_environment_that_cannot_give_problems_is_one_line(user_env, name):
+    source, message = BROKEN[name]
+    (user_env / name).write_text(source)
+    path = list(sys.path)
+    with pytest.raises(AscentError, match=message) as caught:
+        load_task(DataSection(path=f"verifiers:{name[:-3]}", eval_size=1), 0)
+    assert "\n" not in str(caught.value)
+    assert sys.path == path  # the run's directory was on the path for the import only
+    sys.modules.pop(name[:-3], None)
+
+
+def test_a_long_system_prompt_counts_in_the_prompt_length_check(cwd, run_cli):
+    """The tiny model's context leaves 250 tokens beside max_new_tokens 6: a system prompt
+    of 600 characters before each short question is too long, and found before the run."""
+    args = '{system_prompt="' + "7" * 600 + '", num_train=40, num_eval=10}'
+    settings = [f'data.path="verifiers:{ADDITION}"', f"data.verifiers={args}",
+                "data.eval_size=10", 'reward.functions=["verifiers"]']  # fmt: skip
+    code, _, err = run_cli("train", *(a for s in settings for a in ("--set", s)))
+    assert code == 2 and "prompts are longer than the model's context allows" in err, err
+    assert list(cwd.iterdir()) == []
 
 
 def test_sampling_settings_the_environment_asks_for_are_warned_about(user_env, capsys):
