@@ -5,7 +5,9 @@ the sampled ids with each token's log-probability (`logprobs_mode = "processed_l
 the distribution after temperature and any top-k / top-p truncation, which is the one the
 tokens were drawn from), so nothing is decoded and re-encoded between the engine and the loss.
 The trainer recomputes its own log-probs and weights each token by min(pi_trainer /
-pi_engine, [algorithm] engine_is_cap): kernels and precision differ.
+pi_engine, [algorithm] engine_is_cap): kernels and precision differ. Greedy rows (evaluation)
+are decoded at temperature 0, and vLLM reports their log-probs untempered, not at
+`temperature` as ascent's own engine does: nothing may weigh tokens by them.
 
 Weights: after each update the actor's weight stream (HF names, LoRA merged, tied embeddings
 listed under both names) is loaded into the engine's model runner in place
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -30,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ascent.errors import AscentError
 from ascent.rollout.batch import RolloutBatch
 from ascent.rollout.sampling import SamplingParams, draw_seeds
 from ascent.rollout.transport import StateDict
@@ -83,6 +87,30 @@ def completions_to_batch(
         group_ids=torch.tensor([group_ids[r[0]] for r in rows], dtype=torch.long, device=device),
         finished=torch.tensor([r[3] for r in rows], dtype=torch.bool, device=device),
         versions=torch.full((len(rows),), version, dtype=torch.long, device=device),
+    )
+
+
+_KV_NEED = re.compile(r"max seq len \((\d+)\)")
+_KV_FITS = re.compile(r"estimated maximum model length is (\d+)")
+
+
+def kv_cache_shortfall(message: str, kv_cache_mib: int | None) -> str | None:
+    """vLLM's refusal of a KV cache too small for one sequence of the model's whole context
+    (a traceback of 30 frames) as one line saying what to set, else None. Met first by
+    SmolLM2 (8,192 tokens of context) with the CPU default of 64 MiB: room for 2,688."""
+    need, fits = _KV_NEED.search(message), _KV_FITS.search(message)
+    if need is None or fits is None:
+        return None
+    need_n, fits_n = int(need.group(1)), int(fits.group(1))
+    if kv_cache_mib is not None:
+        room = f"[rollout.vllm] kv_cache_mib = {kv_cache_mib} holds {fits_n:,} tokens"
+        more = f"raise kv_cache_mib (about {-(-kv_cache_mib * need_n // max(fits_n, 1))} MiB)"
+    else:
+        room = f"the GPU memory vLLM may take holds {fits_n:,} tokens"
+        more = "raise [rollout.vllm] gpu_memory_utilization"
+    return (
+        f"{room} of one sequence, and the model's context is {need_n:,}: set [rollout.vllm] "
+        f"max_model_len = {fits_n} or less (a prompt and its max_new_tokens must fit), or {more}"
     )
 
 
@@ -162,6 +190,11 @@ class VLLMEngine:
         rng = torch.get_rng_state()
         try:
             self.llm = LLM(**kwargs)
+        except Exception as err:
+            short = kv_cache_shortfall(str(err), kv_cache_mib if cpu else None)
+            if short is None:
+                raise
+            raise AscentError(short) from None
         finally:
             torch.set_rng_state(rng)
 

@@ -11,9 +11,9 @@ reach the engine. All three can be seen before a run, on one batch:
 - the truncation mass: under the trainer's distribution (temperature applied), the share
   of probability that top-p / top-k leave out at each sampled position, averaged;
 - the weight sync: the trainer's weights are nudged (seeded noise of 5% of each tensor's
-  spread), synced to the engine, and the engine samples again greedily; the sync works when
-  the engine's log-probs then match the nudged trainer's as closely as they matched before,
-  and moved with them. The nudge is undone and the original weights synced back.
+  spread), synced to the engine, and the engine samples again from the same seed; the sync
+  works when the engine's log-probs then match the nudged trainer's as closely as they
+  matched before, and moved with them. The nudge is undone and the original weights synced back.
 
 `ascent doctor --numerics CONFIG` prints it; `[run] preflight = true` runs it at the start
 of `ascent train` (the same function, on the run's own workers).
@@ -43,6 +43,7 @@ MEAN_GAP_OK = 0.005  # nats per token, averaged
 MAX_GAP_OK = 0.1  # nats, on the worst token
 TRUNCATION_OK = 0.05  # share of the trainer's probability mass sampling leaves out
 NUDGE = 0.05  # of each weight tensor's standard deviation
+SYNC_SEED = 4321  # the sync check's draws, before and after the nudge
 SYNC_MOVED = 1e-3  # mean change of the engine's log-probs that shows the nudge arrived
 
 
@@ -136,14 +137,21 @@ def _left_out(run: Controller, rows: RolloutBatch, params: SamplingParams) -> Te
 def _sync_works(run: Controller, prompts: list[list[int]], base_gap: float) -> tuple[bool, str]:
     """Nudge the trainer's weights, sync, and see the engine follow; then undo both."""
     engine, actor = run.rollouts.engine, run.actor
-    sampling = run.rollouts.sampling  # greedy, at the temperature the trainer divides by
-    greedy = SamplingParams(sampling.max_new_tokens, sampling.temperature, greedy=True)
     groups = list(range(len(prompts)))
-    before = engine.generate(prompts, groups, 1, greedy)
+
+    def draw() -> RolloutBatch:
+        """The run's own sampling from one seed: the same tokens while the weights are the
+        same. Not greedy: vLLM decodes greedily at temperature 0 and reports those tokens'
+        log-probs untempered, which the trainer's at another temperature never match (a
+        sync that worked looked broken at temperature 0.8)."""
+        seeded = torch.Generator().manual_seed(SYNC_SEED)
+        return engine.generate(prompts, groups, 1, run.rollouts.sampling, seeded)
+
+    before = draw()
     originals = _nudge(actor.model)
     try:
         engine.sync_weights(actor.weights(engine.takes_adapters), run.version + 1)
-        after = engine.generate(prompts, groups, 1, greedy)
+        after = draw()
         trainer_after = actor.logprobs(after)
     finally:
         _restore(actor.model, originals)

@@ -84,7 +84,7 @@ def test_scores_are_the_ones_verifiers_gives_its_own_rollouts(monkeypatch):
     from ascent.serve.server import PolicyServer
 
     monkeypatch.setenv("ASCENT_VF_TEST_KEY", "unused")
-    args = {"num_eval": 40, "question": "{a}+{b}="}  # the form the tiny model reads
+    args = {"num_eval": 16, "question": "{a}+{b}="}  # the form the tiny model reads
     env = load_environment(ADDITION, **args)
     policy = LocalPolicy.load("ascent:tiny-arithmetic", device="cpu")
     with PolicyServer(policy, port=0, window_sec=0.05) as server:
@@ -93,12 +93,12 @@ def test_scores_are_the_ones_verifiers_gives_its_own_rollouts(monkeypatch):
             client,
             "ascent:tiny-arithmetic",
             sampling_args={"temperature": 1.0, "max_tokens": 6},
-            num_examples=40,
+            num_examples=16,
             rollouts_per_example=4,
         )["outputs"]
     theirs = [o["reward"] for o in out]
     assert 0.0 in theirs and 1.0 in theirs, "the sample must hold right and wrong replies"
-    held = {p.columns["vf_index"]: p for p in load_task(section(40, verifiers=args), 0).eval}
+    held = {p.columns["vf_index"]: p for p in load_task(section(16, verifiers=args), 0).eval}
     problems = [held[o["example_id"]] for o in out]
     replies = [o["completion"][-1].content for o in out]
     scored = reward().score(["q"] * len(out), replies, **reward_columns(problems))

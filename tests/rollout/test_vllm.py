@@ -183,6 +183,20 @@ def test_vllm_settings_the_mode_cannot_use_are_refused_at_load(settings, message
         load_config(None, ['rollout.engine="vllm"', *settings])
 
 
+@pytest.mark.slow  # loads SmolLM2 into vLLM (about a minute): CI's slow step
+@pytest.mark.timeout(600)
+def test_a_kv_cache_too_small_for_the_models_context_is_one_line_with_the_fix(smollm2_dir):
+    """SmolLM2's context is 8,192 tokens; the CPU default of 64 MiB of KV cache holds 2,688
+    (vLLM's own estimate): vLLM's 30-frame refusal becomes one line naming both settings."""
+    result = run_ascent("doctor", "--numerics", "examples/smollm2_grpo.toml",
+                        "--set", 'rollout.engine="vllm"')  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "[rollout.vllm] kv_cache_mib = 64 holds 2,688 tokens of one sequence" in last
+    assert "model's context is 8,192: set [rollout.vllm] max_model_len = 2688" in last
+
+
 def run_ascent(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ascent", *args], cwd=PROJECT,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip

