@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ascent import names
 from ascent.config.base import Section
@@ -18,6 +19,20 @@ OPENENV = "openenv:"  # path prefix of an OpenEnv environment
 VERIFIERS = "verifiers:"  # path prefix of a verifiers environment
 _ENV_ID = re.compile(r"[A-Za-z_][\w.-]*(?:/[A-Za-z_][\w.-]*)?")  # a module, or owner/name
 _APP = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # MODULE:APP, as uvicorn takes it
+
+
+def plain_settings(value: dict[str, Any], where: str) -> dict[str, Any]:
+    """Settings handed to another library travel in JSON (a problem's column names the
+    generator or environment with them): a TOML date or time cannot, so it is refused here
+    rather than met as a traceback when the problems are made."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{where}: settings must be strings, numbers, booleans, lists or tables; write a "
+            "date or time as a string"
+        ) from None
+    return value
 
 
 class ArithmeticSection(Section):
@@ -66,6 +81,7 @@ class OpenEnvSection(Section):
     @field_validator("reset")
     @classmethod
     def _seed_is_ours(cls, value: dict[str, Any]) -> dict[str, Any]:
+        plain_settings(value, "[data.openenv] reset")
         for key in ("seed", "episode_id"):
             if key in value:
                 raise ValueError(
@@ -219,6 +235,11 @@ class ProblemSource(Section):
                 'the task\'s columns, e.g. "Question: {prompt}\\nAnswer:"'
             )
         return value
+
+    @field_validator("reasoning_gym", "verifiers")
+    @classmethod
+    def _plain(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return plain_settings(value, f"[data] {info.field_name}")
 
     @field_validator("difficulty")
     @classmethod
