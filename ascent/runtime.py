@@ -15,9 +15,11 @@ threshold at 4 MiB (and the trim threshold at 8 MiB, which glibc otherwise raise
 took the step's peak from 7.9 to 6.7 GB for ~10% more update time: fresh mappings fault their
 pages in. Generation pays the same way (its 25 MB of logits a decode step; 15% slower), so
 the thresholds are fixed only inside `large_blocks_returned()`, around an update, and set to
-glibc's own ceiling (32 / 64 MiB) outside it. 1 MiB reached 5.4 GB but cost 40-45%, and
-transparent huge pages for the mappings (GLIBC_TUNABLES=glibc.malloc.hugetlb=1) were slower
-still. A MALLOC_MMAP_THRESHOLD_ set in the environment wins: ascent then leaves both alone.
+glibc's own ceiling (32 / 64 MiB) outside it, from `configure_cpu` on, so a run's first
+generation (and its evaluation before training) does not wait for an update to get there.
+1 MiB reached 5.4 GB but cost 40-45%, and transparent huge pages for the mappings
+(GLIBC_TUNABLES=glibc.malloc.hugetlb=1) were slower still. A MALLOC_MMAP_THRESHOLD_ set in
+the environment wins: ascent then leaves both alone.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ def configure_cpu(threads: int = 0, ranks: int = 1) -> None:
     torch.set_num_threads(resolve_threads(threads, ranks))
     torch.set_flush_denormal(True)
     _tune_allocator = sys.platform.startswith("linux")
+    if _tune_allocator:  # from the start, not only after a first update: generation comes first
+        return_large_blocks(CEILING_MMAP_BYTES, 2 * CEILING_MMAP_BYTES)
 
 
 def caller_threads() -> Callable[[], None]:

@@ -16,8 +16,10 @@ peers and against what this CPU allows.
 2. The limit: a roofline of the same batch on this CPU. Measured in a child process in the
    benchmark's dtype and threads: the matmul rate R (FLOP/s, the best of the model's own
    linear shapes at the decode shape of 128 rows, e.g. (128 x 576) @ (576 x 1536), weights
-   hot in cache) and the memory bandwidth B (bytes/s read + written copying a 1 GiB tensor,
-   larger than the last-level cache). With N_lin the parameters of all linear layers
+   hot in cache, each through F.linear and, where oneDNN runs the dtype (bf16 on a CPU that
+   has it), through oneDNN with the weight prepacked, as ascent's decoder runs them) and the
+   memory bandwidth B (bytes/s read + written copying a 1 GiB tensor, larger than the
+   last-level cache). With N_lin the parameters of all linear layers
    (lm_head included, tied or not), decode step t over r active rows (mean prompt length P)
    costs FLOPs = 2 N_lin r + 4 L H d r (P + t) (attention: QK^T and AV) and must read bytes =
    all weights once in the dtype + the KV cache it attends to, each position once (every
@@ -302,6 +304,8 @@ def roofline_child(args: argparse.Namespace) -> dict[str, Any]:
     import torch.nn.functional as F
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from ascent.rollout.decoders import DecodeLinear, onednn_prepacks
+
     config = AutoConfig.from_pretrained(args.model)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -318,11 +322,18 @@ def roofline_child(args: argparse.Namespace) -> dict[str, Any]:
         "gate/up": (h, inter),
         "down": (inter, h),
     }
-    by_shape = {}
+    prepacks = onednn_prepacks(dtype, torch.device("cpu"))
+    by_path: dict[str, dict[str, float]] = {"F.linear": {}, "onednn_prepacked": {}}
     for name, (k, m) in shapes.items():
         x = torch.randn(rows, k).to(dtype)
         w = torch.randn(m, k).to(dtype)
-        by_shape[name] = _matmul_rate(lambda x=x, w=w: F.linear(x, w), 2 * rows * k * m, args)
+        flops = 2 * rows * k * m
+        by_path["F.linear"][name] = _matmul_rate(lambda x=x, w=w: F.linear(x, w), flops, args)
+        if prepacks:  # the layout ascent's decoder packs bf16 weights into
+            lin = DecodeLinear.build(w, None, dtype)
+            by_path["onednn_prepacked"][name] = _matmul_rate(lambda x=x, f=lin: f(x), flops, args)
+    by_shape = {name: max(rates[name] for rates in by_path.values() if name in rates)
+                for name in shapes}  # fmt: skip
     src = torch.ones((64 if args.quick else 1024) << 20, dtype=torch.uint8)
     dst = torch.empty_like(src)
     best = float("inf")
@@ -333,6 +344,7 @@ def roofline_child(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rate_flops": max(by_shape.values()),
         "gflops_by_shape": {k: v / 1e9 for k, v in by_shape.items()},
+        "gflops_by_path": {p: {k: v / 1e9 for k, v in r.items()} for p, r in by_path.items() if r},
         "bandwidth_bytes": 2 * src.numel() / best,
         "model": {
             "linear_params": sum(w.numel() for w in linear),
@@ -603,6 +615,7 @@ def generation(args: argparse.Namespace, dtype: str) -> dict[str, Any]:
         out["roofline"] = {
             "matmul_gflops": roof["rate_flops"] / 1e9,
             "matmul_gflops_by_shape": roof["gflops_by_shape"],
+            "matmul_gflops_by_path": roof["gflops_by_path"],
             "bandwidth_gb_s": roof["bandwidth_bytes"] / 1e9,
             "model": roof["model"],
         }

@@ -145,3 +145,32 @@ def test_large_blocks_are_returned_inside_an_update_only_and_only_once_configure
     keeps glibc's own behaviour."""
     assert mapped_inside_and_after("configured") == (1, 0)
     assert mapped_inside_and_after("plain") == (0, 0)
+
+
+FIRST_BLOCK_PROBE = (
+    LIBC
+    + """
+from ascent import runtime
+
+if sys.argv[1] == "configured":
+    runtime.configure_cpu(1)
+before = libc.mallinfo2().hblks
+block = libc.malloc(20 << 20)  # a first large block, nothing freed before it
+print(libc.mallinfo2().hblks - before)
+libc.free(block)
+"""
+)
+
+
+def test_generation_before_any_update_already_reuses_the_heap():
+    """A configured process starts at glibc's ceiling: a first 20 MB block (a decode step's
+    logits) comes from the heap, where glibc's own start (128 KiB, raised only by frees)
+    maps it anew and faults its pages in."""
+
+    def mapped(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", FIRST_BLOCK_PROBE, mode],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        return int(out.stdout.strip())
+
+    assert mapped("configured") == 0
+    assert mapped("plain") == 1

@@ -71,19 +71,29 @@ def sample_next(
         untruncated one (top-k / top-p only restrict what is drawn).
     """
     scaled = logits.float()  # a copy when the logits are not float32 already
+    owned = scaled.data_ptr() != logits.data_ptr()
     if params.temperature != 1.0:
-        scaled = scaled / params.temperature
+        scaled = scaled.div_(params.temperature) if owned else scaled / params.temperature
+        owned = True
     top = scaled.amax(-1, keepdim=True)
-    weights = (scaled - top).exp_()  # unnormalised probabilities, the largest 1
-    log_norm = top + weights.sum(-1, keepdim=True).log()  # log-sum-exp of the scaled logits
+    truncated = None
     if params.greedy:
         tokens = scaled.argmax(-1)
-    else:
-        if params.top_k or params.top_p < 1.0:
-            weights = torch.softmax(truncate_logits(scaled, params.top_k, params.top_p), -1)
-        tokens = inverse_cdf(weights, generator)
-    logp = scaled.gather(-1, tokens[:, None]) - log_norm
-    return tokens, logp.squeeze(-1)
+    elif params.top_k or params.top_p < 1.0:
+        truncated = torch.softmax(truncate_logits(scaled, params.top_k, params.top_p), -1)
+    # Unnormalised probabilities, the largest 1: in place over a copy of our own. Each fresh
+    # (B, V) tensor is 25 MB at 128 rows and a 49k vocabulary, a memory pass and page faults
+    # of its own: SmolLM2's 128 rows took 17.5 ms a step to sample with three, 4.3 with one.
+    weights = (scaled.sub_(top) if owned else scaled - top).exp_()
+    log_norm = top + weights.sum(-1, keepdim=True).log()  # log-sum-exp of the scaled logits
+    if not params.greedy:
+        tokens = inverse_cdf(weights if truncated is None else truncated, generator)
+    # The drawn tokens' scaled logits, from the logits (the copy now holds the weights):
+    # the same float32 division as above, so the same values.
+    picked = logits.gather(-1, tokens[:, None]).float()
+    if params.temperature != 1.0:
+        picked = picked / params.temperature
+    return tokens, (picked - log_norm).squeeze(-1)
 
 
 BLOCK = 256  # inverse_cdf's block width
@@ -99,8 +109,8 @@ def inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
     taken over blocks of BLOCK tokens, then inside the one block the draw falls in.
     """
     b, v = weights.shape
-    pad = (-v) % BLOCK
-    blocks = F.pad(weights, (0, pad)).view(b, -1, BLOCK)
+    pad = (-v) % BLOCK  # (a copy only when the vocabulary is not a multiple of BLOCK)
+    blocks = (F.pad(weights, (0, pad)) if pad else weights).view(b, -1, BLOCK)
     block_cdf = blocks.sum(-1).cumsum(-1)  # (B, V / BLOCK)
     u = torch.rand(b, 1, generator=generator, device=weights.device) * block_cdf[:, -1:]
     block = torch.searchsorted(block_cdf, u, right=True).clamp_max(block_cdf.shape[1] - 1)

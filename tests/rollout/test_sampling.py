@@ -54,11 +54,12 @@ def test_invalid_sampling_params_are_refused():
             SamplingParams(**{"max_new_tokens": 4, **bad})
 
 
-def test_draws_over_a_large_vocabulary_follow_the_probabilities_and_skip_zero_weights():
-    """Vocabularies span several of the sampler's blocks (and end mid-block): frequencies
-    still match softmax, and a token truncated away (or of probability 0) is never drawn."""
+@pytest.mark.parametrize("v", [3 * 256 + 77, 3 * 256])
+def test_draws_over_a_large_vocabulary_follow_the_probabilities_and_skip_zero_weights(v):
+    """Vocabularies span several of the sampler's blocks (ending mid-block, or on a block's
+    edge, where no padded copy is made): frequencies still match softmax, and a token
+    truncated away (or of probability 0) is never drawn."""
     torch.manual_seed(0)
-    v = 3 * 256 + 77
     logits = torch.full((1, v), -30.0)
     chosen = torch.tensor([3, 255, 256, 600, v - 1])  # block edges and the last token
     logits[0, chosen] = torch.tensor([0.0, 1.0, 0.5, -0.5, 2.0])
@@ -68,3 +69,35 @@ def test_draws_over_a_large_vocabulary_follow_the_probabilities_and_skip_zero_we
     assert freq.sum() == pytest.approx(1.0)
     top2 = draw(SamplingParams(1, top_k=2), n=4000, logits=logits)
     assert set(top2.nonzero().flatten().tolist()) == {255, v - 1}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(1), SamplingParams(1, temperature=0.7), SamplingParams(1, greedy=True),
+     SamplingParams(1, top_k=3, temperature=1.3)],
+)  # fmt: skip
+def test_the_callers_float32_logits_are_left_as_they_were(params):
+    """The sampler works in place over a copy of its own only: float32 logits are the
+    caller's tensor itself."""
+    logits = torch.randn(6, 300)
+    before = logits.clone()
+    sample_next(logits, params, torch.Generator().manual_seed(0))
+    assert torch.equal(logits, before)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_bfloat16_logits_get_the_float32_log_softmax_of_their_values(temperature):
+    """bf16 logits (a bf16 decode's LM head) are scaled and normalised in float32: the
+    log-prob is log_softmax(float(logits) / T) at the token, computed here directly, and the
+    draws follow those probabilities."""
+    torch.manual_seed(1)
+    logits = (torch.randn(1, 512) * 2).to(torch.bfloat16)
+    rows = logits.expand(20000, -1)
+    tokens, logp = sample_next(
+        rows, SamplingParams(1, temperature), torch.Generator().manual_seed(0)
+    )
+    expected = torch.log_softmax(logits[0].double() / temperature, -1)
+    assert torch.allclose(logp.double(), expected[tokens], atol=2e-6)
+    freq = torch.bincount(tokens, minlength=512).double() / len(tokens)
+    top = expected.exp().topk(5).indices  # the likeliest, where frequencies are informative
+    assert torch.allclose(freq[top], expected.exp()[top], atol=0.015)
