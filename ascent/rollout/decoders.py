@@ -63,17 +63,27 @@ def linear_weight(linear: nn.Module) -> tuple[Tensor, Tensor | None]:
 def onednn_prepacks(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether matrix products of this dtype and device go through oneDNN with weights
     reordered once into its blocked layout (what torch.compile's CPU backend does with frozen
-    weights): bfloat16 on a CPU where oneDNN runs it natively. Measured on 2 cores with AMX at
+    weights): bfloat16 on a CPU where oneDNN reports bf16 support (native with AMX or
+    AVX512-BF16, measured; emulated on plain AVX-512, not measured). On 2 cores with AMX at
     the decode shape (128 rows): 2,150-2,900 GFLOP/s against 1,450-2,000 for F.linear on the
     plain layout, the same results. float32 stays on F.linear (no faster there, and its
-    log-probs stay the trainer's to rounding)."""
+    log-probs stay the trainer's to rounding). The private operators are tried once on a
+    small layer: a build where any of them is missing or fails decodes on F.linear."""
     if device.type != "cpu" or dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
         return False
-    try:  # private operators: a build without them decodes on F.linear
+    try:
         ops = torch.ops.mkldnn
-        return bool(ops._is_mkldnn_bf16_supported()) and all(
-            hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
-        )
+        if not ops._is_mkldnn_bf16_supported():
+            return False
+        packed = ops._reorder_linear_weight(torch.eye(16, dtype=dtype), None)
+        x = torch.ones(2, 16, dtype=dtype)  # so every output below is one value throughout
+        outs = {
+            1.0: ops._linear_pointwise(x, packed, None, "none", [], ""),
+            0.7311: ops._linear_pointwise(x, packed, None, "swish", [], ""),  # silu(1)
+            2.0: ops._linear_pointwise.binary(x, x, packed, None, "add"),
+        }
+        return all(torch.allclose(out.float(), torch.full((2, 16), v), atol=0.01)
+                   for v, out in outs.items())  # fmt: skip
     except (AttributeError, RuntimeError):
         return False
 
@@ -108,16 +118,21 @@ class DecodeLinear:
         return F.silu(F.linear(x, self.weight, self.bias), inplace=True)
 
     def times(self, x: Tensor, other: Tensor) -> Tensor:
-        """linear(x) * other."""
+        """linear(x) * other (`other` of the output's shape: the fused path does not
+        broadcast)."""
         if self.packed:
             return self._binary(x, other, "mul")
-        return F.linear(x, self.weight, self.bias).mul_(other)
+        out = F.linear(x, self.weight, self.bias)
+        return out.mul_(other) if out.dtype == other.dtype else out * other
 
     def plus(self, x: Tensor, other: Tensor) -> Tensor:
-        """linear(x) + other (a residual connection)."""
+        """linear(x) + other (a residual connection; `other` of the output's shape). Under
+        autocast a float32 decode's linear layers give bf16 while the residual stream is
+        float32: the sum is then float32, as in the model's own forward."""
         if self.packed:
             return self._binary(x, other, "add")
-        return F.linear(x, self.weight, self.bias).add_(other)
+        out = F.linear(x, self.weight, self.bias)
+        return out.add_(other) if out.dtype == other.dtype else out + other
 
     def _binary(self, x: Tensor, other: Tensor, op: str) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.weight, self.bias, op)
@@ -306,22 +321,24 @@ class StaticLlamaDecoder:
         out = out.view(u, kv, n, g, -1).transpose(1, 2).reshape(u * n, kv, g, -1)
         return out if b == u * n else out[self.rows]
 
-    def _attend(self, i: int, q: Tensor) -> Tensor:
+    def _attend(self, i: int, q: Tensor, bias: Tensor) -> Tensor:
         """One new query per row, (B, heads, d), over its prompt and its own tokens so far
         (positions 0..length of the row cache): scores of both parts, one float32 softmax
-        over them, and the two weighted sums added. Query head h reads key/value head
+        over them (`bias`, (B, 1, 1, P + length + 1), masks the prompt's pads), and the two
+        weighted sums added. Query head h reads key/value head
         h // (heads / kv_heads), as grouped-query attention does."""
         w = self.w
         b, t = q.shape[0], self.length + 1
         g = w.heads // w.kv_heads
-        # scaled before the products (exact for a power-of-two scale, as at head_dim 64)
-        qg = q.reshape(b, w.kv_heads, g, w.head_dim) * w.head_dim**-0.5
+        qg = q.reshape(b, w.kv_heads, g, w.head_dim)
         own_keys, own_values = self.keys[i][:, :, :t], self.values[i][:, :, :t]
         if self.copy_cache:
             own_keys, own_values = own_keys.contiguous(), own_values.contiguous()
-        prompt = torch.add(self._by_group(qg, self.prompt_keys[i]), self.prompt_bias)  # float32
+        prompt = self._by_group(qg, self.prompt_keys[i])
         own = torch.matmul(qg, own_keys.transpose(-1, -2))
-        probs = torch.softmax(torch.cat([prompt, own], dim=-1), dim=-1).to(q.dtype)
+        # bias + scale * scores in one float32 operation (the bias masks the prompts' pads)
+        scores = torch.add(bias, torch.cat([prompt, own], dim=-1), alpha=w.head_dim**-0.5)
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
         p = prompt.shape[-1]
         out = self._by_group(probs[..., :p], self.prompt_values[i])
         out = out + torch.matmul(probs[..., p:], own_values)
@@ -331,11 +348,13 @@ class StaticLlamaDecoder:
         x = F.embedding(tokens[:, None], self.w.embed)
         cos, sin = self._rotary(x, self.next_position)
         t = self.length
+        own = self.prompt_bias.new_zeros((len(x), 1, 1, t + 1))
+        bias = torch.cat([self.prompt_bias, own], dim=-1)
         for i, layer in enumerate(self.w.layers):
             q, k, v = self._qkv(layer, x, cos, sin)
             self.keys[i][:, :, t] = k[:, 0]
             self.values[i][:, :, t] = v[:, 0]
-            x = self._finish_layer(layer, x, self._attend(i, q[:, 0]))
+            x = self._finish_layer(layer, x, self._attend(i, q[:, 0], bias))
         self.length += 1
         self.next_position = self.next_position + 1
         return self._logits(x[:, -1])

@@ -146,9 +146,10 @@ class TransformersEngine:
             yield self.model
 
     def _decoder(self, module: nn.Module) -> StaticLlamaDecoder | CacheDecoder:
-        """The static decoder over weights packed for this call (a copy in the decode dtype:
-        about 0.1 s for 135 M parameters, and freed with the call, so it never sits in memory
-        beside the trainer's update); any other model through its own forward."""
+        """The static decoder over weights packed for this call (a copy in the decode dtype,
+        in bf16 on a CPU reordered for oneDNN: about 0.17 s for 135 M parameters, and freed
+        with the call, so it never sits in memory beside the trainer's update); any other
+        model through its own forward."""
         if not (self.fast and StaticLlamaDecoder.supports(module)):
             return CacheDecoder(module)
         dtype = self.dtype or next(module.parameters()).dtype

@@ -11,7 +11,7 @@ from ascent.rollout import SamplingParams, TransformersEngine
 from ascent.rollout.decoders import DecodeLinear, PackedLlama, onednn_prepacks
 from ascent.train.forward import response_logprobs
 
-from .test_engine import EOS, PAD, PROMPTS, small
+from .test_engine import EOS, PAD, PROMPTS, small, with_eos_bias
 
 BF16 = torch.bfloat16
 CPU = torch.device("cpu")
@@ -59,27 +59,46 @@ def test_bf16_weights_are_prepacked_on_a_cpu_with_onednn_and_float32_ones_never(
     model = small("llama-bias")
     bf16 = PackedLlama.from_model(model, BF16)
     f32 = PackedLlama.from_model(model, torch.float32)
-    layers = [bf16.head] + [getattr(ly, n) for ly in bf16.layers for n in ("qkv", "out", "down")]
+    names = ("qkv", "out", "gate", "up", "down")
+    layers = [bf16.head] + [getattr(ly, n) for ly in bf16.layers for n in names]
     assert all(lin.packed is PREPACKS for lin in layers)
     assert not f32.head.packed and not any(ly.qkv.packed for ly in f32.layers)
     assert f32.layers[0].qkv.weight.shape == (32 + 2 * 16, 32)  # q, k and v stacked
 
 
+def test_a_float32_decode_under_autocast_keeps_its_residual_stream_in_float32():
+    """Test-time RL decodes the float32 master weights inside the trainer's bf16 autocast:
+    the linear layers then give bf16, and the residual sum must still be float32, as in the
+    model's own forward (an in-place add into the bf16 output would round it every layer)."""
+    torch.manual_seed(0)
+    lin = DecodeLinear.build(torch.randn(40, 48), None, torch.float32)
+    x, residual = torch.randn(5, 48), torch.randn(5, 40)
+    with torch.autocast("cpu", dtype=BF16):
+        summed, product = lin.plus(x, residual), lin.times(x, residual)
+        reference = torch.nn.functional.linear(x, lin.weight)  # bf16 under autocast
+    assert reference.dtype == BF16
+    assert summed.dtype == torch.float32 and product.dtype == torch.float32
+    assert torch.equal(summed, reference.float() + residual)
+    assert torch.equal(product, reference.float() * residual)
+
+
 def test_bf16_decoding_follows_a_float32_forward_to_bf16_rounding():
     """The bf16 path (where oneDNN runs bf16: prepacked weights with the MLP's activation
     and product and both residual sums inside the matrix products; each row's cache copied
-    out for its products) against a float32 teacher-forced forward of the same weights. The
-    head is scaled up so log-probs spread over nats instead of sitting near uniform; there
-    rounding stays within hundredths (measured 0.0055 mean, 0.024 max) where a residual
-    scaled by 0.99 already gives 0.015 mean."""
+    out for its products; rows that end leaving the batch) against a float32 teacher-forced
+    forward of the same weights. The head is scaled up so log-probs spread over nats instead
+    of sitting near uniform; there rounding stays within hundredths (measured 0.0055 mean,
+    0.024 max without the EOS bias) where a residual scaled by 0.99 already gives 0.015
+    mean."""
     model = small("llama-bias")  # GQA (4 heads, 2 key/value heads) and every bias
     with torch.no_grad():
         model.lm_head.weight.mul_(10.0)
+    model = with_eos_bias(model, 0.0)  # untied, scaled weights kept: about half the rows end
     engine = TransformersEngine(model, pad_id=PAD, eos_ids=[EOS], dtype=BF16)
     params = SamplingParams(16, temperature=0.8)
-    batch = engine.generate(
-        PROMPTS["ragged"], [0, 1, 2], 4, params, torch.Generator().manual_seed(0)
-    )
+    gen = torch.Generator().manual_seed(0)
+    batch = engine.generate(PROMPTS["ragged"], [0, 1, 2], 8, params, gen)
+    assert batch.finished.any() and not batch.finished.all()
     logp, _ = response_logprobs(model, batch, temperature=0.8)
     mask = batch.response_mask.bool()
     gap = (logp[mask] - batch.logprobs[mask]).abs()
