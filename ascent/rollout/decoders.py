@@ -325,8 +325,8 @@ class StaticLlamaDecoder:
         """One new query per row, (B, heads, d), over its prompt and its own tokens so far
         (positions 0..length of the row cache): scores of both parts, one float32 softmax
         over them (`bias`, (B, 1, 1, P + length + 1), masks the prompt's pads), and the two
-        weighted sums added. Query head h reads key/value head
-        h // (heads / kv_heads), as grouped-query attention does."""
+        weighted sums added. Query head h reads key/value head h // (heads / kv_heads), as
+        grouped-query attention does."""
         w = self.w
         b, t = q.shape[0], self.length + 1
         g = w.heads // w.kv_heads
