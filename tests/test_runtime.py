@@ -7,6 +7,7 @@ own.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -174,3 +175,51 @@ def test_generation_before_any_update_already_reuses_the_heap():
 
     assert mapped("configured") == 0
     assert mapped("plain") == 1
+
+
+SHAPES_PROBE = (
+    LIBC
+    + """
+import torch
+import torch.nn.functional as F
+
+if sys.argv[1] == "configured":
+    from ascent import runtime
+
+    runtime.configure_cpu(1)
+else:
+    torch.set_num_threads(1)
+weight = torch.randn(256, 256, dtype=torch.bfloat16)
+
+
+def held_after(rows: range) -> int:
+    for m in rows:  # each row count is a new shape to oneDNN: a primitive of its own
+        F.linear(torch.randn(m, 256, dtype=torch.bfloat16), weight)
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+held_after(range(1, 150))
+start = held_after(range(150, 200))
+print((held_after(range(200, 400)) - start) / 2**20)
+"""
+)
+
+
+def test_onednn_primitive_caches_stop_growing_with_new_shapes():
+    """Every micro-batch length and decode row count is a new shape to oneDNN, which keeps a
+    primitive of about half a megabyte for each in two caches of 1,024 entries by default;
+    once configured they hold 64, so 200 more shapes leave memory where it was. Where bf16
+    products do not go through oneDNN's caches (the plain process does not grow), there is
+    nothing to bound."""
+
+    def growth_mb(mode: str) -> float:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("CACHE_CAPACITY")}
+        out = subprocess.run([sys.executable, "-c", SHAPES_PROBE, mode], capture_output=True,
+                             text=True, check=True, env=env)  # fmt: skip
+        return float(out.stdout.strip())
+
+    plain = growth_mb("plain")
+    if plain < 40:
+        pytest.skip(f"bf16 products here do not fill oneDNN's caches ({plain:.1f} MB)")
+    assert growth_mb("configured") < plain / 5
