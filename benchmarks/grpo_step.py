@@ -3,7 +3,8 @@
 1. Step time. One tiny model (the seeded `ascent:tiny` initialisation, saved once and loaded
    by both), 8 prompts x 8 completions, at most 8 new tokens, one policy epoch, fp32, the
    same loss aggregation (TRL loss_type "grpo" = ascent's seq_mean_token_mean), beta 0 /
-   kl_coef 0, lr 1e-5, and the same reward function (the fraction of digits in the
+   kl_coef 0, lr 1e-5, no gradient checkpointing (TRL's default turns it on; ascent's
+   leaves it off), and the same reward function (the fraction of digits in the
    completion: cheap, and never equal across a group, so neither side can skip work). Both
    run in this process, alternating blocks of steps; the first steps of each block are
    warm-up and not counted. The figure is the median seconds per step.
@@ -125,6 +126,7 @@ def trl_trainer(
         loss_type="grpo",
         num_iterations=1,
         gradient_accumulation_steps=1,
+        gradient_checkpointing=False,  # TRL's default is True; ascent keeps its activations
         lr_scheduler_type="constant",
         warmup_steps=0,
         use_cpu=True,
