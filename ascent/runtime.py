@@ -25,7 +25,7 @@ oneDNN, which runs torch's CPU matrix products, keeps every primitive it builds 
 keyed by shape (its own, ONEDNN_PRIMITIVE_CACHE_CAPACITY, and torch's ideep layer's,
 LRU_CACHE_CAPACITY), 1,024 entries each by default. A training run meets a new shape with
 every new micro-batch length and every row count of a decode step, and each entry holds
-about a megabyte, so the caches grew a run's memory step after step (SmolLM2's GRPO step,
+half a megabyte or more, so the caches grew a run's memory step after step (SmolLM2's GRPO step,
 bf16, checkpointed: the heap in use rose ~90 MB a step, peak RSS 4.7 GB after the 2nd step,
 5.2 after the 4th, 5.9 after the 6th). At 64 entries each (set only where the environment does
 not) the 4-step peak was 4.5 GB instead of 5.4, and neither generation nor the update was

@@ -707,6 +707,10 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    keys = {item.split("=")[0].strip() for item in args.ascent_set}
+    if "model.gradient_checkpointing" in keys:
+        parser.error("set gradient checkpointing with --gradient-checkpointing on|off, which sets "
+                     "it for TRL too, not with --ascent-set")  # fmt: skip
     shape = QUICK if args.quick else FULL
     if args.quick and "--steps" not in sys.argv:
         args.steps = 1
