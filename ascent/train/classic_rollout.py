@@ -255,8 +255,12 @@ class EnvRunner:
         self.resetting = done
 
     def _obs_tensor(self, obs: np.ndarray) -> Tensor:
-        flat = obs.reshape(self.envs.num_envs, -1)
-        return torch.as_tensor(flat, dtype=torch.float32, device=self.device)
+        """The observations as one contiguous float32 batch. Contiguous whatever the env
+        hands over: a vector env may return a transposed view (CartPole's does), and the
+        matrix product rounds a transposed input otherwise in its last bit, so a run resumed
+        from a checkpoint's plain copy of the observations would drift from an unbroken one."""
+        flat = np.ascontiguousarray(obs.reshape(self.envs.num_envs, -1), dtype=np.float32)
+        return torch.from_numpy(flat).to(self.device)
 
     def _env_action(self, actions: Tensor) -> np.ndarray:
         """Actions as the env takes them: Gaussian samples are clipped to the Box."""

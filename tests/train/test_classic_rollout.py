@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ascent.algos import ADVANTAGES, AdvantageParams
 from ascent.config.classic import EnvSection
+from ascent.models.actor_critic import ActorCritic
 from ascent.train.classic_rollout import (
     SOLVED_WINDOW,
     EnvRunner,
@@ -223,3 +224,36 @@ def test_runner_state_round_trips_mid_episode():
     twin.collect(ScriptedAgent(more), b)
     for name in ("obs", "rewards", "terminated", "truncated", "mask"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_a_restored_runner_feeds_the_agent_the_same_bits_as_an_unbroken_one():
+    """CartPole's vector env hands over its observations as a transposed view, a checkpoint
+    holds a plain copy, and a matrix product can round the two layouts differently in the
+    last bit; the first step after a resume must still compute exactly what an unbroken run
+    computes (a kill-and-resume test caught one such bit growing into a different run)."""
+    torch.manual_seed(0)
+    envs = make_vector_env(EnvSection(id="CartPole-v1", num_envs=2))
+    agent = ActorCritic.for_spaces(
+        envs.single_observation_space,
+        envs.single_action_space,
+        hidden_sizes=[64, 64],
+        activation="tanh",
+    )
+    runner = EnvRunner(envs, EpisodeStats(None, lambda: 0.0), torch.device("cpu"), seed=7)
+    one_step = RolloutBuffer.allocate(1, envs, torch.device("cpu"))
+    for _ in range(40):
+        state = runner.state_dict()
+        twin = EnvRunner(
+            make_vector_env(EnvSection(id="CartPole-v1", num_envs=2)),
+            EpisodeStats(None, lambda: 0.0),
+            torch.device("cpu"),
+            seed=1,
+        )
+        assert twin.load_state_dict(state, seed=1)
+        restored = RolloutBuffer.allocate(1, envs, torch.device("cpu"))
+        rng = torch.get_rng_state()
+        twin.collect(agent, restored)
+        torch.set_rng_state(rng)
+        runner.collect(agent, one_step)
+        for name in ("obs", "actions", "logp", "values", "last_value"):
+            assert torch.equal(getattr(one_step, name), getattr(restored, name)), name
