@@ -100,4 +100,16 @@ if [ "$want_vllm" = 1 ] && ! .venv/bin/python -c 'import vllm' 2>/dev/null; then
     pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   fi
 fi
+# bf16 decoding runs its attention and norms in C kernels (ascent/rollout/decode_kernels.c)
+# that the machine's own compiler builds for its CPU on first use; built here once, so the
+# first run does not wait for them. Without a compiler, decoding stays on torch operations.
+if ! command -v cc >/dev/null 2>&1; then
+  apt_or_warn gcc "the decode kernels" "bf16 decoding uses torch operations (about 1.5x slower)"
+fi
+if command -v cc >/dev/null 2>&1; then
+  echo "== building the decode kernels for this CPU"
+  .venv/bin/python -c 'import sys; from ascent.rollout.native import decode_kernels
+sys.exit(decode_kernels() is None)' ||
+    echo "!! the decode kernels did not build: bf16 decoding uses torch operations" >&2
+fi
 echo "== ready: .venv/bin/ascent --help"

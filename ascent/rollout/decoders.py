@@ -12,16 +12,18 @@ raggedly: most rows stop long before the longest).
   merged, in the decode dtype; in bf16 on a CPU, in oneDNN's blocked layout, with the MLP's
   activation and product and the residual sums done inside the matrix products), with no
   per-step mask building, cache objects or output dataclasses. Each prompt's keys and
-  values are held once for the n rows of its group and read with one matrix product per
-  prompt (a group's completions share their prompt: at 16 prompts x 8 this reads the
-  prompts' cache 8 times less), each row's own tokens in a cache preallocated for the whole
-  generation.
+  values are held once for the n rows of its group (a group's completions share their
+  prompt: at 16 prompts x 8 this reads the prompts' cache 8 times less), each row's own
+  tokens in a cache preallocated for the whole generation. Attention and norms run in C
+  kernels where they are built (`NativeAttention`: bf16 on a CPU, `native.py`), else in
+  torch operations (`TorchAttention`).
 - `CacheDecoder`, for any other causal LM: the model's own forward with its dynamic cache.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +31,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ascent.models.interface import base_model, call_with_cache, output_cache, prompt_positions
+from ascent.rollout.native import (
+    BLOCK,
+    DecodeKernels,
+    LayerCache,
+    Rows,
+    decode_kernels,
+    padded,
+    tiled,
+)
 
 FAST_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
 
@@ -36,6 +47,15 @@ FAST_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
 def _rms_norm(weight: Tensor, eps: float, x: Tensor) -> Tensor:
     """The Llama RMSNorm as one fused kernel (statistics in float32 whatever the dtype)."""
     return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def _rotary(w: PackedLlama, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    """cos and sin * sign, (B, T, 1, d), in x's dtype: rotate_half(x) = cat(-x2, x1) =
+    roll(x, d / 2) * sign, so queries and keys rotate with one roll and one multiply-add."""
+    cos, sin = w.rotary(x, positions)
+    sign = torch.ones(w.head_dim, dtype=x.dtype, device=x.device)
+    sign[: w.head_dim // 2] = -1
+    return cos.to(x.dtype).unsqueeze(2), (sin.to(x.dtype) * sign).unsqueeze(2)
 
 
 def _lora_only(model: nn.Module) -> bool:
@@ -209,13 +229,17 @@ class PackedLlama:
         )
 
 
-class StaticLlamaDecoder:
-    """Decode a Llama-family model with a static KV cache and no per-token framework overhead."""
+class TorchAttention:
+    """Decode-time attention in torch operations, for any dtype and head shape: each prompt's
+    keys and values held once for its group and read with one matrix product per prompt
+    (a group's completions share their prompt: at 16 prompts x 8 this reads the prompts'
+    cache 8 times less), each row's own tokens in a cache preallocated for the generation,
+    compacted when rows leave."""
 
-    def __init__(self, packed: PackedLlama) -> None:
-        self.w = packed
-        self.dtype = packed.embed.dtype
-        device = packed.embed.device
+    def __init__(self, w: PackedLlama, n: int, valid: Tensor, max_new_tokens: int) -> None:
+        self.w, self.n = w, n
+        self.dtype = w.embed.dtype
+        u = valid.shape[0]
         # Each row's cache is read in place in float32 (measured on 2 cores at 128 rows x 64
         # positions: 0.39 ms a layer against 0.77 copying first) but copied out first in
         # bfloat16, where torch sends a strided batch of matrix products to a path 3-4x slower
@@ -224,10 +248,172 @@ class StaticLlamaDecoder:
         # 32 positions and read whole, the unwritten ones masked (2%: its contiguous bf16
         # products of 3 x 64 by 64 x 32k are no faster than the copy and the product).
         self.copy_cache = self.dtype != torch.float32
-        d = packed.head_dim
-        # rotate_half(x) = cat(-x2, x1) = roll(x, d / 2) * sign: one roll for q and k together
-        self.sign = torch.ones(d, dtype=self.dtype, device=device)
-        self.sign[: d // 2] = -1
+        self.shape = (u * n, w.kv_heads, max_new_tokens, w.head_dim)
+        self.prompt_keys: list[Tensor] = []
+        self.prompt_values: list[Tensor] = []
+        self.keys: list[Tensor] = []
+        self.values: list[Tensor] = []
+        pad_bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
+        pad_bias.masked_fill_(~valid, float("-inf"))
+        self.prompt_bias = pad_bias.repeat_interleave(n, dim=0)[:, None, None]  # (B, 1, 1, P)
+        self.groups = u
+        self.rows = torch.arange(u * n, device=valid.device)  # each row's place among u x n
+
+    def add_prompt(self, k: Tensor, v: Tensor) -> None:
+        """One layer's prompt keys and values, (U, kv, P, d), rotated."""
+        self.prompt_keys.append(k.transpose(-1, -2).contiguous())  # (U, kv, d, P)
+        self.prompt_values.append(v.contiguous())  # (U, kv, P, d)
+        self.keys.append(k.new_empty(self.shape))
+        self.values.append(k.new_empty(self.shape))
+
+    def prepare(self, x: Tensor, positions: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """A step's rotary tables, (B, 1, 1, d) in the decode dtype; and its score bias,
+        the prompts' pads masked, for own positions 0..t."""
+        own = self.prompt_bias.new_zeros((x.shape[0], 1, 1, t + 1))
+        self.bias = torch.cat([self.prompt_bias, own], dim=-1)
+        return _rotary(self.w, x, positions)
+
+    def layer(self, i: int, qkv: Tensor, rotary: tuple[Tensor, Tensor], t: int) -> Tensor:
+        """(B, 1, heads * d) attention output of layer i at own position t, from its (B, 1,
+        (heads + 2 kv) * d) projections: q and k rotated (both at once: they are neighbours),
+        k and v written to the rows' caches, q attending."""
+        w = self.w
+        b = qkv.shape[0]
+        qkv = qkv.view(b, -1, w.head_dim)
+        qk, v = qkv[:, : w.heads + w.kv_heads], qkv[:, w.heads + w.kv_heads :]
+        cos, sin = (r[:, 0] for r in rotary)
+        qk = torch.addcmul(qk * cos, qk.roll(w.head_dim // 2, dims=-1), sin)
+        self.keys[i][:, :, t] = qk[:, w.heads :]
+        self.values[i][:, :, t] = v
+        return self._attend(i, qk[:, : w.heads], t)
+
+    def _by_group(self, rows: Tensor, per_prompt: Tensor) -> Tensor:
+        """(B, kv, g, a) per row @ (U, kv, a, c) per prompt -> (B, kv, g, c): one matrix
+        product per prompt and key/value head over the queries of all its rows, so the
+        prompt's cache is read once for its group instead of once a row."""
+        u, n = self.groups, self.n
+        b, kv, g, a = rows.shape
+        if b != u * n:  # some rows have ended: their places are zeros
+            full = rows.new_zeros((u * n, kv, g, a))
+            full[self.rows] = rows
+            rows = full
+        grouped = rows.view(u, n, kv, g, a).transpose(1, 2).reshape(u, kv, n * g, a)
+        out = torch.matmul(grouped, per_prompt)
+        out = out.view(u, kv, n, g, -1).transpose(1, 2).reshape(u * n, kv, g, -1)
+        return out if b == u * n else out[self.rows]
+
+    def _attend(self, i: int, q: Tensor, t: int) -> Tensor:
+        """One new query per row, (B, heads, d), over its prompt and its own tokens 0..t:
+        scores of both parts, one float32 softmax over them (the bias masks the prompt's
+        pads), and the two weighted sums added. Query head h reads key/value head
+        h // (heads / kv_heads), as grouped-query attention does."""
+        w = self.w
+        b = q.shape[0]
+        g = w.heads // w.kv_heads
+        qg = q.reshape(b, w.kv_heads, g, w.head_dim)
+        own_keys, own_values = self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1]
+        if self.copy_cache:
+            own_keys, own_values = own_keys.contiguous(), own_values.contiguous()
+        prompt = self._by_group(qg, self.prompt_keys[i])
+        own = torch.matmul(qg, own_keys.transpose(-1, -2))
+        # bias + scale * scores in one float32 operation (the bias masks the prompts' pads)
+        scores = torch.add(self.bias, torch.cat([prompt, own], dim=-1), alpha=w.head_dim**-0.5)
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
+        p = prompt.shape[-1]
+        out = self._by_group(probs[..., :p], self.prompt_values[i])
+        out = out + torch.matmul(probs[..., p:], own_values)
+        return out.reshape(b, 1, w.heads * w.head_dim)
+
+    def keep(self, rows: Tensor, t: int) -> None:
+        """Go on with these rows only (indices into the current rows), t positions each.
+        The prompts' caches stay as they are; each kept row's own cache is copied."""
+        for cache in (self.keys, self.values):
+            for i, full in enumerate(cache):
+                kept = full.new_empty((len(rows), *full.shape[1:]))
+                kept[:, :, :t] = full[rows, :, :t]
+                cache[i] = kept
+        self.rows = self.rows[rows]
+        self.prompt_bias = self.prompt_bias[rows]
+
+
+class NativeAttention:
+    """Decode-time attention in one C call a layer (`decode_attention.c`, bf16 caches):
+    rotary embedding, cache write and attention over the row's prompt and own tokens, in
+    float32. Rows that end are skipped, not copied: each active row names its place in the
+    caches. Prompts must be left-padded (the engine's `left_pad`): each one's pads are a
+    prefix, skipped."""
+
+    def __init__(
+        self, w: PackedLlama, n: int, valid: Tensor, max_new_tokens: int, kernel: DecodeKernels
+    ) -> None:
+        self.w, self.n, self.kernel = w, n, kernel
+        u, p = valid.shape
+        start = (p - valid.sum(dim=1)).to(torch.long).contiguous()  # first real position
+        self.rows = Rows(torch.arange(u * n), start, n)
+        own = padded(max_new_tokens)
+        self.shape = (u * n, w.kv_heads, own // BLOCK, w.head_dim, BLOCK)  # keys, tiled
+        self.max_new_tokens = max_new_tokens
+        self.caches: list[LayerCache] = []
+        g = w.heads // w.kv_heads
+        self.scratch = torch.empty(torch.get_num_threads() * g * (padded(p) + own))
+        self.sign = torch.ones(w.head_dim)
+        self.sign[: w.head_dim // 2] = -1
+
+    @staticmethod
+    def usable(w: PackedLlama, valid: Tensor) -> DecodeKernels | None:
+        """The kernel, where it runs this model and batch: bf16 weights on a CPU, a head
+        shape it was built for, left-padded prompts, and a kernel built for this machine."""
+        if w.embed.dtype != torch.bfloat16 or w.embed.device.type != "cpu":
+            return None
+        if not DecodeKernels.supports(w.heads, w.kv_heads, w.head_dim):
+            return None
+        first = valid.shape[1] - valid.sum(dim=1, keepdim=True)
+        if not torch.equal(valid, torch.arange(valid.shape[1]) >= first):  # pads not a prefix
+            return None
+        return decode_kernels()
+
+    def add_prompt(self, k: Tensor, v: Tensor) -> None:
+        """One layer's prompt keys and values, (U, kv, P, d), rotated."""
+        u, kv, _, d = k.shape
+        own_values = k.new_empty((u * self.n, kv, self.max_new_tokens, d))
+        # positions past t are never read: the own caches need no zeros
+        self.caches.append(
+            LayerCache(tiled(k), v.contiguous(), k.new_empty(self.shape), own_values)
+        )
+
+    def prepare(self, x: Tensor, positions: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """A step's rotary tables: cos and sin * sign, (B, d), in float32."""
+        cos, sin = self.w.rotary(x.float(), positions)
+        b = x.shape[0]
+        return cos.reshape(b, -1).contiguous(), (sin.reshape(b, -1) * self.sign).contiguous()
+
+    def layer(self, i: int, qkv: Tensor, rotary: tuple[Tensor, Tensor], t: int) -> Tensor:
+        """(B, 1, heads * d) attention output of layer i at own position t."""
+        w = self.w
+        b = qkv.shape[0]
+        out = qkv.new_empty((b, 1, w.heads * w.head_dim))
+        self.kernel.attention(
+            qkv.view(b, -1, w.head_dim), rotary, self.caches[i], self.rows, out, self.scratch,
+            t=t, scale=w.head_dim**-0.5,
+        )  # fmt: skip
+        return out
+
+    def keep(self, rows: Tensor, t: int) -> None:
+        """Go on with these rows only (indices into the current rows): nothing is copied."""
+        self.rows = Rows(self.rows.active[rows].contiguous(), self.rows.start, self.n)
+
+
+class StaticLlamaDecoder:
+    """Decode a Llama-family model with a static KV cache and no per-token framework overhead.
+
+    Attention runs in the C kernel where it can (`NativeAttention`: bf16 on a CPU with a C
+    compiler), else in torch operations (`TorchAttention`); `native=False` forces the
+    latter, `native=True` requires the former."""
+
+    def __init__(self, packed: PackedLlama, native: bool | None = None) -> None:
+        self.w = packed
+        self.native = native
+        self.norm: Callable[[Tensor, float, Tensor], Tensor] = _rms_norm
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
@@ -245,30 +431,36 @@ class StaticLlamaDecoder:
         attn = core.layers[0].self_attn
         return not hasattr(attn, "q_norm") and hasattr(core, "rotary_emb")
 
+    def _finish_layer(self, layer: PackedLayer, x: Tensor, attn_out: Tensor) -> Tensor:
+        """Output projection, residual, MLP, residual; `attn_out` is (B, T, heads * d)."""
+        x = layer.out.plus(attn_out, x)
+        h = self.norm(layer.post_norm, self.w.eps, x)
+        return layer.down.plus(layer.up.times(h, layer.gate.silu(h)), x)
+
+    def _logits(self, x: Tensor) -> Tensor:
+        return self.w.head(self.norm(self.w.norm, self.w.eps, x))
+
+    def _attention(
+        self, valid: Tensor, n: int, max_new_tokens: int
+    ) -> TorchAttention | NativeAttention:
+        kernel = None if self.native is False else NativeAttention.usable(self.w, valid)
+        if kernel is not None:
+            self.norm = kernel.rms_norm
+            return NativeAttention(self.w, n, valid, max_new_tokens, kernel)
+        if self.native:
+            raise RuntimeError("the decode-attention kernel cannot run this model or batch")
+        return TorchAttention(self.w, n, valid, max_new_tokens)
+
     def _qkv(self, layer: PackedLayer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
         """(B, T, heads, d) queries and (B, T, kv_heads, d) keys and values, q and k rotated
         (both at once: they are neighbours in the stacked projection's output)."""
         w = self.w
         b, t, _ = x.shape
-        h = _rms_norm(layer.in_norm, w.eps, x)
+        h = self.norm(layer.in_norm, w.eps, x)
         qkv = layer.qkv(h).view(b, t, -1, w.head_dim)
         qk, v = qkv[:, :, : w.heads + w.kv_heads], qkv[:, :, w.heads + w.kv_heads :]
         qk = torch.addcmul(qk * cos, qk.roll(w.head_dim // 2, dims=-1), sin)
         return qk[:, :, : w.heads], qk[:, :, w.heads :], v
-
-    def _finish_layer(self, layer: PackedLayer, x: Tensor, attn_out: Tensor) -> Tensor:
-        """Output projection, residual, MLP, residual; `attn_out` is (B, T, heads * d)."""
-        x = layer.out.plus(attn_out, x)
-        h = _rms_norm(layer.post_norm, self.w.eps, x)
-        return layer.down.plus(layer.up.times(h, layer.gate.silu(h)), x)
-
-    def _logits(self, x: Tensor) -> Tensor:
-        return self.w.head(_rms_norm(self.w.norm, self.w.eps, x))
-
-    def _rotary(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin * sign, (B, T, 1, d), for `_qkv`."""
-        cos, sin = self.w.rotary(x, positions)
-        return cos.to(x.dtype).unsqueeze(2), (sin.to(x.dtype) * self.sign).unsqueeze(2)
 
     def prefill(
         self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, max_new_tokens: int
@@ -276,100 +468,39 @@ class StaticLlamaDecoder:
         w = self.w
         u, p = prompt_ids.shape
         positions = prompt_positions(prompt_mask)
-        x = F.embedding(prompt_ids, w.embed)
-        cos, sin = self._rotary(x, positions)
         valid = prompt_mask.bool()
+        self.attn = self._attention(valid, n, max_new_tokens)
+        x = F.embedding(prompt_ids, w.embed)
+        cos, sin = _rotary(w, x, positions)
         causal = torch.ones(p, p, dtype=torch.bool, device=x.device).tril()
         # A left-pad query attends to itself only, so it stays finite (its output is unused).
         allowed = (causal & valid[:, None, :]) | torch.eye(p, dtype=torch.bool, device=x.device)
         bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)
         bias = bias.masked_fill(~allowed, float("-inf"))[:, None]
-        # Each prompt's keys and values are kept once, for the n rows of its group; each
-        # row's own tokens go to a cache preallocated for max_new_tokens.
-        shape = (u * n, w.kv_heads, max_new_tokens, w.head_dim)
-        self.prompt_keys, self.prompt_values, self.keys, self.values = [], [], [], []
         gqa = w.heads != w.kv_heads
         for layer in w.layers:
             q, k, v = (part.transpose(1, 2) for part in self._qkv(layer, x, cos, sin))
-            self.prompt_keys.append(k.transpose(-1, -2).contiguous())  # (U, kv, d, P)
-            self.prompt_values.append(v.contiguous())  # (U, kv, P, d)
-            self.keys.append(x.new_empty(shape))
-            self.values.append(x.new_empty(shape))
+            self.attn.add_prompt(k, v)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
             x = self._finish_layer(layer, x, out.transpose(1, 2).reshape(u, p, -1))
-        pad_bias = torch.zeros(u, p, dtype=torch.float32, device=x.device)
-        pad_bias.masked_fill_(~valid, float("-inf"))
-        self.prompt_bias = pad_bias.repeat_interleave(n, dim=0)[:, None, None]  # (B, 1, 1, P)
-        self.groups, self.n = u, n
-        self.rows = torch.arange(u * n, device=x.device)  # each row's place among the u x n
         self.length = 0  # positions generated so far
         self.next_position = positions[:, -1:].repeat_interleave(n, dim=0) + 1
         return self._logits(x[:, -1]).repeat_interleave(n, dim=0)
 
-    def _by_group(self, rows: Tensor, per_prompt: Tensor) -> Tensor:
-        """(B, kv, g, a) per row @ (U, kv, a, c) per prompt -> (B, kv, g, c): one matrix
-        product per prompt and key/value head over the queries of all its rows, so the
-        prompt's cache is read once for its group instead of once a row."""
-        u, n = self.groups, self.n
-        b, kv, g, a = rows.shape
-        if b != u * n:  # some rows have ended: their places are zeros
-            full = rows.new_zeros((u * n, kv, g, a))
-            full[self.rows] = rows
-            rows = full
-        grouped = rows.view(u, n, kv, g, a).transpose(1, 2).reshape(u, kv, n * g, a)
-        out = torch.matmul(grouped, per_prompt)
-        out = out.view(u, kv, n, g, -1).transpose(1, 2).reshape(u * n, kv, g, -1)
-        return out if b == u * n else out[self.rows]
-
-    def _attend(self, i: int, q: Tensor, bias: Tensor) -> Tensor:
-        """One new query per row, (B, heads, d), over its prompt and its own tokens so far
-        (positions 0..length of the row cache): scores of both parts, one float32 softmax
-        over them (`bias`, (B, 1, 1, P + length + 1), masks the prompt's pads), and the two
-        weighted sums added. Query head h reads key/value head h // (heads / kv_heads), as
-        grouped-query attention does."""
-        w = self.w
-        b, t = q.shape[0], self.length + 1
-        g = w.heads // w.kv_heads
-        qg = q.reshape(b, w.kv_heads, g, w.head_dim)
-        own_keys, own_values = self.keys[i][:, :, :t], self.values[i][:, :, :t]
-        if self.copy_cache:
-            own_keys, own_values = own_keys.contiguous(), own_values.contiguous()
-        prompt = self._by_group(qg, self.prompt_keys[i])
-        own = torch.matmul(qg, own_keys.transpose(-1, -2))
-        # bias + scale * scores in one float32 operation (the bias masks the prompts' pads)
-        scores = torch.add(bias, torch.cat([prompt, own], dim=-1), alpha=w.head_dim**-0.5)
-        probs = torch.softmax(scores, dim=-1).to(q.dtype)
-        p = prompt.shape[-1]
-        out = self._by_group(probs[..., :p], self.prompt_values[i])
-        out = out + torch.matmul(probs[..., p:], own_values)
-        return out.reshape(b, 1, w.heads * w.head_dim)
-
     def step(self, tokens: Tensor) -> Tensor:
-        x = F.embedding(tokens[:, None], self.w.embed)
-        cos, sin = self._rotary(x, self.next_position)
-        t = self.length
-        own = self.prompt_bias.new_zeros((len(x), 1, 1, t + 1))
-        bias = torch.cat([self.prompt_bias, own], dim=-1)
-        for i, layer in enumerate(self.w.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
-            self.keys[i][:, :, t] = k[:, 0]
-            self.values[i][:, :, t] = v[:, 0]
-            x = self._finish_layer(layer, x, self._attend(i, q[:, 0], bias))
+        w, t = self.w, self.length
+        x = F.embedding(tokens[:, None], w.embed)
+        tables = self.attn.prepare(x, self.next_position, t)
+        for i, layer in enumerate(w.layers):
+            qkv = layer.qkv(self.norm(layer.in_norm, w.eps, x))
+            x = self._finish_layer(layer, x, self.attn.layer(i, qkv, tables, t))
         self.length += 1
         self.next_position = self.next_position + 1
         return self._logits(x[:, -1])
 
     def keep(self, rows: Tensor) -> None:
-        """Go on with these rows only (indices into the current rows). The prompts' caches
-        stay as they are; each kept row's own cache is copied."""
-        t = self.length
-        for cache in (self.keys, self.values):
-            for i, full in enumerate(cache):
-                kept = full.new_empty((len(rows), *full.shape[1:]))
-                kept[:, :, :t] = full[rows, :, :t]
-                cache[i] = kept
-        self.rows = self.rows[rows]
-        self.prompt_bias = self.prompt_bias[rows]
+        """Go on with these rows only (indices into the current rows)."""
+        self.attn.keep(rows, self.length)
         self.next_position = self.next_position[rows]
 
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ascent.config.llm_sections import RolloutSection
+from ascent.rollout.native import decode_kernels
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,17 @@ def sample_next(
         tokens (B,) long, and logprobs (B,) float32 = log_softmax(logits / temperature) at
         the token: the log-probability under the policy the trainer optimises, which is the
         untruncated one (top-k / top-p only restrict what is drawn).
+
+    bf16 logits on a CPU without top-k / top-p are drawn by ascent's C sampler where it is
+    built (`native.py`): the same inverse-CDF draw from the same uniform numbers in three
+    passes over the bf16 row instead of a float32 copy and five (about 5 ms a step less
+    at 128 rows and a 49k vocabulary).
     """
+    if logits.dtype == torch.bfloat16 and logits.device.type == "cpu":
+        kernels = None if params.top_k or params.top_p < 1.0 else decode_kernels()
+        if kernels is not None:  # the same draw (one uniform number a row), in C
+            u = None if params.greedy else torch.rand(len(logits), generator=generator)
+            return kernels.sample(logits, params.temperature, u)
     scaled = logits.float()  # a copy when the logits are not float32 already
     owned = scaled.data_ptr() != logits.data_ptr()
     if params.temperature != 1.0:

@@ -204,8 +204,9 @@ class TransformersEngine:
         """(B, R) tokens, (B, R) log-probs and (B, R) `finished after step t` flags.
 
         Rows that end (EOS, or a stop string) leave the decoder once a quarter of the rows
-        it still carries have ended: copying the caches of the rest costs about one step, and
-        the rows left decode without the dead ones.
+        it still carries have ended: copying the caches of the rest costs about one step on
+        torch operations (the C kernels copy nothing), and the rows left decode without the
+        dead ones.
         """
         decoder = self._decoder(module)
         logits = decoder.prefill(prompt_ids, prompt_mask, n, params.max_new_tokens)
