@@ -1,11 +1,12 @@
-"""The decoder's C kernels (`decode_kernels.c`: decode attention and RMSNorm, bf16): built
-once per machine by its own C compiler, cached, and loaded with ctypes.
+"""The decoder's C kernels (`decode_kernels.c`: decode attention, RMSNorm and the token draw,
+for bf16 on a CPU): built once per machine by its own C compiler, cached, and loaded with
+ctypes.
 
 Why not a torch extension: building against torch's headers takes minutes on 2 cores and
-needs ninja; this plain C file builds in about 2 s with `cc` and runs on torch's own OpenMP
+needs ninja; this plain C file builds in about 5 s with `cc` and runs on torch's own OpenMP
 threads (it links `libgomp.so.1`, which resolves to the copy torch has already loaded). Where
-there is no compiler, the build fails, or the built kernel disagrees with a float64
-computation on a small case, the decoder keeps its torch path and says why once.
+there is no compiler, the build fails, or the built kernels disagree with float64
+computations on a small case, decoding stays on torch operations and one warning says why.
 
 The build is keyed by the source, the flags, the compiler's version and the CPU's model and
 flags (`-march=native`), and written under a temporary name then renamed, so processes that
@@ -35,7 +36,8 @@ from ascent.models.tiny import cache_dir
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("decode_kernels.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-lm")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno")
+LIBS = ("-lm",)  # after the source, where the linker looks for what it needs
 BLOCK = 32  # the kernel reads positions in blocks of 32: caches are padded to a multiple
 HEAD_DIMS = (32, 64, 128)  # the kernel's compiled shapes: these head sizes, 1-8 query heads
 MAX_GROUP = 8  # per key/value head
@@ -78,9 +80,9 @@ def _build(compiler: str) -> Path:
     """The kernel's shared library for this machine, compiled on first use."""
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, timeout=60, check=True
-    ).stdout.splitlines()[0]
+    ).stdout.partition("\n")[0]
     key = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), *FLAGS, version, _cpu_identity()]).encode()
+        "\0".join([SOURCE.read_text(), *FLAGS, *LIBS, version, _cpu_identity()]).encode()
     ).hexdigest()[:16]
     target = cache_dir() / "native" / f"decode_kernels-{key}.so"
     if target.is_file():
@@ -91,7 +93,7 @@ def _build(compiler: str) -> Path:
     try:
         started = time.perf_counter()
         done = subprocess.run(
-            [compiler, *FLAGS, str(SOURCE), "-o", tmp],
+            [compiler, *FLAGS, str(SOURCE), "-o", tmp, *LIBS],
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
