@@ -100,7 +100,7 @@ if [ "$want_vllm" = 1 ] && ! .venv/bin/python -c 'import vllm' 2>/dev/null; then
     pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   fi
 fi
-# bf16 decoding runs its attention and norms in C kernels (ascent/rollout/decode_kernels.c)
+# bf16 decoding runs its attention, norms and token draw in C kernels (decode_kernels.c)
 # that the machine's own compiler builds for its CPU on first use; built here once, so the
 # first run does not wait for them. Without a compiler, decoding stays on torch operations.
 if ! command -v cc >/dev/null 2>&1; then

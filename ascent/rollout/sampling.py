@@ -73,8 +73,8 @@ def sample_next(
 
     bf16 logits on a CPU without top-k / top-p are drawn by ascent's C sampler where it is
     built (`native.py`): the same inverse-CDF draw from the same uniform numbers in three
-    passes over the bf16 row instead of a float32 copy and five (about 5 ms a step less
-    at 128 rows and a 49k vocabulary).
+    passes over the bf16 row instead of a float32 copy and five (3.1 -> 1.3 ms at 128 rows
+    and a 49k vocabulary).
     """
     if logits.dtype == torch.bfloat16 and logits.device.type == "cpu":
         kernels = None if params.top_k or params.top_p < 1.0 else decode_kernels()
