@@ -337,7 +337,7 @@ class TorchAttention:
 
 
 class NativeAttention:
-    """Decode-time attention in one C call a layer (`decode_attention.c`, bf16 caches):
+    """Decode-time attention in one C call a layer (`decode_kernels.c`, bf16 caches):
     rotary embedding, cache write and attention over the row's prompt and own tokens, in
     float32. Rows that end are skipped, not copied: each active row names its place in the
     caches. Prompts must be left-padded (the engine's `left_pad`): each one's pads are a
@@ -443,12 +443,15 @@ class StaticLlamaDecoder:
     def _attention(
         self, valid: Tensor, n: int, max_new_tokens: int
     ) -> TorchAttention | NativeAttention:
+        """The attention for this batch, and the norm that goes with it (both in C, or both
+        in torch operations)."""
         kernel = None if self.native is False else NativeAttention.usable(self.w, valid)
         if kernel is not None:
             self.norm = kernel.rms_norm
             return NativeAttention(self.w, n, valid, max_new_tokens, kernel)
         if self.native:
             raise RuntimeError("the decode-attention kernel cannot run this model or batch")
+        self.norm = _rms_norm
         return TorchAttention(self.w, n, valid, max_new_tokens)
 
     def _qkv(self, layer: PackedLayer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
