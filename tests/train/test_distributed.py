@@ -4,6 +4,7 @@ fails takes the others down with one line naming it."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import subprocess
@@ -46,8 +47,17 @@ def trained_weights(run) -> dict[str, torch.Tensor]:
     return weights
 
 
+def stacks_if_stuck(seconds: float = 240.0) -> None:
+    """Call first thing on a rank: if the rank is still running after `seconds` (under the
+    tests' 300 s timeouts), every thread's stack goes to stderr, which the test's captured
+    output shows, and the rank exits. A hang then fails with where each rank waited, where
+    the test's own timeout would kill the launcher and leave nothing to read."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+
+
 def update_on_this_rank(overrides: list[str], batch_path: str, out_path: str) -> None:
     """One actor update on this rank's half of the saved batch; rank 0 saves the weights."""
+    stacks_if_stuck()
     torch.set_num_threads(1)
     dist = Dist.from_env("cpu")
     run = build_run(load_config(None, overrides), dist)
@@ -204,6 +214,7 @@ def test_lora_and_a_value_head_train_checkpoint_and_resume_on_two_ranks(tmp_path
 
 def agentic_step_on_this_rank(overrides: list[str], out_path: str) -> None:
     """One agentic step on this rank; rank 0 writes what every rank trained on and holds."""
+    stacks_if_stuck()
     torch.set_num_threads(1)
     dist = Dist.from_env("cpu")
     run = build_run(load_config(PROJECT / "examples" / "agentic_tiny.toml", overrides), dist)
@@ -240,6 +251,7 @@ def two_steps_with_ray_replicas(overrides: list[str], out_path: str) -> None:
     held and generated."""
     import ray
 
+    stacks_if_stuck()
     torch.set_num_threads(1)
     dist = Dist.from_env("cpu")
     run = build_run(load_config(None, overrides), dist)
