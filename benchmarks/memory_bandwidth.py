@@ -12,8 +12,8 @@ so each loop's sum says whether it read every value once (it stops the script ot
 
     .venv/bin/python benchmarks/memory_bandwidth.py [--threads 2] [--mib 1024]
 
-Needs a C compiler (skipped with its reason otherwise). Last line: one JSON object, each
-figure in GB/s and as a ratio to torch's copy.
+Needs a C compiler ($CC, cc or gcc; the C loops are skipped with the reason otherwise).
+Last line: one JSON object, each figure in GB/s and as a ratio to torch's copy.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+from ascent.rollout.native import c_compiler
 
 SOURCE = r"""
 #include <stdint.h>
@@ -61,7 +62,7 @@ float read_sum(const char *data, int64_t bytes, int streams, int64_t ahead, int 
 
 
 def build(workdir: Path) -> ctypes.CDLL | None:
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    compiler = c_compiler()
     if compiler is None:
         return None
     source, library = workdir / "read.c", workdir / "read.so"
@@ -97,8 +98,12 @@ def best_seconds(fn, passes: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--mib", type=int, default=1024, help="buffer size (MiB)")
+    parser.add_argument("--mib", type=int, default=1024, help="buffer size (MiB), 8 to 4096")
     args = parser.parse_args()
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: give 1 or more")
+    if not 8 <= args.mib <= 4096:  # above 4 GiB a float32 lane's count of ones is inexact
+        parser.error(f"--mib {args.mib}: give 8 to 4096")
     torch.set_num_threads(args.threads)
     size = args.mib << 20
     src = torch.ones(size // 4, dtype=torch.float32)

@@ -66,6 +66,11 @@ def untiled(keys: Tensor) -> Tensor:
     return keys.transpose(-1, -2).flatten(-3, -2)
 
 
+def c_compiler() -> str | None:
+    """The C compiler to build with: $CC, else `cc`, else `gcc`; None where there is none."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
 def _cpu_identity() -> str:
     """What -march=native compiles for: the CPU's model name and feature flags."""
     try:
@@ -283,7 +288,7 @@ def _self_check(kernels: DecodeKernels) -> float:
 def decode_kernels() -> DecodeKernels | None:
     """The kernels for this machine, or None (and one warning saying why) where they cannot
     be built or fail their check."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    compiler = c_compiler()
     if not compiler:
         log.warning("no C compiler (cc): decoding bf16 with torch operations (slower)")
         return None

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ascent.rollout.native import c_compiler
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "memory_bandwidth.py"
-needs_cc = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no cc")
+needs_cc = pytest.mark.skipif(c_compiler() is None, reason="no C compiler")
 
 
 def load_script():
@@ -49,3 +50,11 @@ def test_a_loop_that_skips_half_its_lines_stops_the_script(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["memory_bandwidth.py", "--mib", "8"])
     with pytest.raises(SystemExit, match=r"c_plain summed .* ones: a bug"):
         module.main()
+
+
+@pytest.mark.parametrize("args", [["--mib", "0"], ["--mib", "9000"], ["--threads", "0"]])
+def test_bad_sizes_and_thread_counts_are_one_line_and_exit_2(args):
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(("give 8 to 4096", "give 1 or more"))
